@@ -1,0 +1,1 @@
+"""analyzers package (see ARCHITECTURE)."""

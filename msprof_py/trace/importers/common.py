@@ -1,0 +1,263 @@
+"""Typed-column derivation shared by every importer: vectorised over the raw columns."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msprof_py.trace.chrome import RawEvents
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class Typed:
+    """The typed columns being filled for one raw trace (numpy arrays + validity masks)."""
+
+    def __init__(self, raw: RawEvents) -> None:
+        n = len(raw)
+        self.n = n
+        self.kind = np.full(n, "marker", dtype=object)
+        self.rank = np.zeros(n, dtype=np.int32)
+        self._ints: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for col, dt in (("device", np.int32), ("stream", np.int32), ("corr", np.int64),
+                        ("bytes", np.int64), ("addr", np.int64), ("step", np.int32)):
+            self._ints[col] = (np.zeros(n, dtype=dt), np.zeros(n, dtype=bool))
+        self.value = np.full(n, np.nan)
+        self.value_set = np.zeros(n, dtype=bool)
+
+    def set(self, col: str, idx: Any, values: Any) -> None:
+        """Set column `col` at positions `idx` (index array or mask); None/NaN entries stay null."""
+        vals = np.asarray(values)
+        if col == "value":
+            v = vals.astype(np.float64)
+            self.value[idx] = v
+            self.value_set[idx] = ~np.isnan(v) if v.shape else not np.isnan(v)
+            return
+        data, valid = self._ints[col]
+        if vals.dtype == object:
+            ok = np.array([x is not None for x in vals.ravel()], dtype=bool).reshape(vals.shape)
+            filled = np.where(ok, vals, 0).astype(np.int64)
+        else:
+            ok = np.ones(vals.shape, dtype=bool)
+            filled = vals.astype(np.int64)
+        data[idx] = filled
+        valid[idx] = ok
+
+    def get(self, col: str) -> tuple[np.ndarray, np.ndarray]:
+        return self._ints[col]
+
+    def columns(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": pa.array(self.kind.tolist(), type=pa.string()), "rank": self.rank}
+        for col, (data, valid) in self._ints.items():
+            out[col] = pa.array(data, mask=~valid)
+        out["value"] = pa.array(self.value, mask=~self.value_set)
+        return out
+
+
+def strings(values: list[str | None]) -> pa.Array:
+    return pa.array(values, type=pa.string())
+
+
+def mask_of(values: pa.Array, allowed: tuple[str, ...]) -> np.ndarray:
+    return pc.is_in(values, value_set=pa.array(allowed)).to_numpy(zero_copy_only=False)
+
+
+def matches(values: pa.Array, pattern: str, ignore_case: bool = True) -> np.ndarray:
+    m = pc.match_substring_regex(values, pattern, ignore_case=ignore_case)
+    return m.fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def decode_args(raw: RawEvents, idx: np.ndarray, struct: type) -> list[Any]:
+    """Decode the `args` of the rows `idx` into `struct` in one msgspec pass."""
+    texts = [t or "{}" for t in raw.args_of(idx)]
+    if not texts:
+        return []
+    blob = ("[" + ",".join(texts) + "]").encode()
+    try:
+        return msgspec.json.decode(blob, type=list[struct])
+    except msgspec.ValidationError:
+        # One odd row (e.g. a string where a number is usual) must not sink the import.
+        dec = msgspec.json.Decoder(struct)
+        out = []
+        for t in texts:
+            try:
+                out.append(dec.decode(t))
+            except msgspec.ValidationError:
+                out.append(struct())
+        return out
+
+
+def to_int(v: Any) -> int | None:
+    """A JSON arg as int64 where it is one (int, integral float, decimal or hex string)."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v if _INT64_MIN <= v <= _INT64_MAX else None
+    if isinstance(v, float):
+        return int(v) if v.is_integer() and abs(v) < 2**63 else None
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            x = int(s, 16) if s.lower().startswith(("0x", "-0x")) else int(s)
+        except ValueError:
+            return None
+        return x if _INT64_MIN <= x <= _INT64_MAX else None
+    return None
+
+
+def flow_ids_as_int(raw: RawEvents, idx: np.ndarray) -> np.ndarray:
+    """Flow ids of rows `idx` as int64 where they are integers that fit (object array, None else)."""
+    texts = raw.ids_of(idx)
+    try:
+        return np.array(pa.array(texts, type=pa.string()).cast(pa.int64()).to_pylist(), dtype=object)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return np.array([to_int(x) for x in texts], dtype=object)
+
+
+def base_kinds(raw: RawEvents, typed: Typed) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Kinds every Chrome trace has: meta, flow, counter, marker; returns (ph, name, cat) arrays."""
+    ph, name, cat = raw.ph, raw.name, raw.cat
+    typed.kind[mask_of(ph, ("M",))] = "meta"
+    flows = mask_of(ph, ("s", "t", "f"))
+    typed.kind[flows] = "flow"
+    counters = np.flatnonzero(mask_of(ph, ("C",)))
+    typed.kind[counters] = "counter"
+    if len(counters):
+        typed.set("value", counters, [_first_number(a) for a in raw.args_of(counters)])
+    return ph, name, cat
+
+
+def _first_number(args: str | None) -> float:
+    if not args:
+        return np.nan
+    try:
+        obj = msgspec.json.decode(args)
+    except msgspec.DecodeError:
+        return np.nan
+    if isinstance(obj, dict):
+        for v in obj.values():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+    return np.nan
+
+
+class _MemArgs(msgspec.Struct):
+    Addr: Any = None
+    Bytes: Any = None
+    TotalAllocated: Any = msgspec.field(default=None, name="Total Allocated")
+    DeviceId: Any = msgspec.field(default=None, name="Device Id")
+    DeviceType: Any = msgspec.field(default=None, name="Device Type")
+
+
+def memory_events(raw: RawEvents, typed: Typed, ph: pa.Array, name: pa.Array) -> None:
+    """PyTorch-style `[memory]` instants: alloc (Bytes > 0) / free (Bytes < 0) with addr and size."""
+    idx = np.flatnonzero(mask_of(ph, ("i", "I")) & mask_of(name, ("[memory]",)))
+    if not len(idx):
+        return
+    args = decode_args(raw, idx, _MemArgs)
+    size = np.array([to_int(a.Bytes) for a in args], dtype=object)
+    signed = np.array([s if s is not None else 0 for s in size], dtype=np.int64)
+    typed.kind[idx] = np.where(signed < 0, "free", "alloc")
+    typed.set("bytes", idx, np.array([abs(s) if s is not None else None for s in size], dtype=object))
+    typed.set("addr", idx, np.array([to_int(a.Addr) for a in args], dtype=object))
+    typed.set("value", idx, np.array([a.TotalAllocated if isinstance(a.TotalAllocated, (int, float)) else np.nan
+                                      for a in args], dtype=np.float64))
+    # Device Type 0 is the host (CPU) allocator; anything else is an accelerator.
+    dev = [to_int(a.DeviceId) if to_int(a.DeviceType) not in (None, 0) else None for a in args]
+    typed.set("device", idx, np.array(dev, dtype=object))
+
+
+def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device: np.ndarray) -> None:
+    """Mark `ProfilerStep#N` slices as steps; give host rows the step they fall in, device rows
+    the step of the launch that created them (time containment when no launch is known)."""
+    step_rows = np.flatnonzero(matches(name, r"^ProfilerStep#\d+$", ignore_case=False)
+                               & mask_of(raw.ph, ("X",)))
+    if not len(step_rows):
+        return
+    numbers = np.array([int(_STEP_NAME.match(s).group(1)) for s in raw.take("name", step_rows).to_pylist()])
+    typed.kind[step_rows] = "step"
+    starts = raw.ts_ns[step_rows]
+    dur = raw.dur_ns.to_numpy(zero_copy_only=False)
+    ends = starts + np.nan_to_num(dur[step_rows]).astype(np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts, ends, numbers = starts[order], ends[order], numbers[order]
+
+    def containing(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = np.searchsorted(starts, ts, side="right") - 1
+        ok = (k >= 0) & (ts < ends[np.maximum(k, 0)])
+        return numbers[np.maximum(k, 0)], ok
+
+    eligible = typed.kind != "meta"
+    host_idx = np.flatnonzero(host & eligible)
+    num, ok = containing(raw.ts_ns[host_idx])
+    typed.set("step", host_idx[ok], num[ok])
+    typed.set("step", step_rows[order], numbers)
+
+    dev_idx = np.flatnonzero(device & eligible)
+    if not len(dev_idx):
+        return
+    corr, corr_ok = typed.get("corr")
+    step_data, step_ok = typed.get("step")
+    launch = np.flatnonzero(host & corr_ok & step_ok & (typed.kind == "launch"))
+    lookup = dict(zip(corr[launch].tolist(), step_data[launch].tolist()))
+    via = np.array([lookup.get(c) if ok_ else None for c, ok_ in
+                    zip(corr[dev_idx].tolist(), corr_ok[dev_idx].tolist())], dtype=object)
+    has = np.array([v is not None for v in via], dtype=bool)
+    typed.set("step", dev_idx[has], via[has].astype(np.int64))
+    rest = dev_idx[~has]
+    num, ok = containing(raw.ts_ns[rest])
+    typed.set("step", rest[ok], num[ok])
+
+
+def process_names(raw: RawEvents) -> dict[int, str]:
+    """pid -> process name from `process_name` metadata events."""
+    out: dict[int, str] = {}
+    rows = metadata_rows(raw, ("process_name",))
+    for i, text in zip(rows.tolist(), raw.args_of(rows)):
+        try:
+            val = msgspec.json.decode(text or "{}").get("name")
+        except (msgspec.DecodeError, AttributeError):
+            continue
+        if isinstance(val, str):
+            out[int(raw.pid[i])] = val
+    return out
+
+
+def metadata_rows(raw: RawEvents, names: tuple[str, ...]) -> np.ndarray:
+    """Rows of M events with one of `names` (process_name, thread_name, ...)."""
+    return np.flatnonzero(mask_of(raw.ph, ("M",)) & mask_of(raw.name, names))
+
+
+def enclosing_slices(raw: RawEvents, points: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """For each row in `points`, the row in `candidates` (X slices) on the same pid/tid whose
+    [ts, ts+dur] contains the point's ts (innermost by latest start); -1 when none."""
+    out = np.full(len(points), -1, dtype=np.int64)
+    if not len(points) or not len(candidates):
+        return out
+    dur = np.nan_to_num(raw.dur_ns.to_numpy(zero_copy_only=False)).astype(np.int64)
+    by_track: dict[tuple[int, int], list[int]] = {}
+    for c in candidates.tolist():
+        by_track.setdefault((int(raw.pid[c]), int(raw.tid[c])), []).append(c)
+    tracks = {k: np.array(sorted(v, key=lambda r: (raw.ts_ns[r], -dur[r]))) for k, v in by_track.items()}
+    for j, p in enumerate(points.tolist()):
+        rows = tracks.get((int(raw.pid[p]), int(raw.tid[p])))
+        if rows is None:
+            continue
+        starts = raw.ts_ns[rows]
+        k = int(np.searchsorted(starts, raw.ts_ns[p], side="right")) - 1
+        # Walk back over earlier-starting slices until one still covers the point.
+        while k >= 0:
+            r = rows[k]
+            if raw.ts_ns[r] + dur[r] >= raw.ts_ns[p]:
+                out[j] = r
+                break
+            k -= 1
+            if k >= 0 and raw.ts_ns[p] - raw.ts_ns[rows[k]] > 10**10:
+                break
+    return out

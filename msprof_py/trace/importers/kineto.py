@@ -1,0 +1,108 @@
+"""PyTorch profiler / Kineto traces (`*.pt.trace.json[.gz]`, CUDA and ROCm)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from msprof_py.trace.chrome import RawEvents
+from msprof_py.trace.importers import common
+from msprof_py.trace.importers.common import Typed, mask_of, matches, to_int
+
+FORMAT = "kineto"
+
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
+_RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+_HOST_API_CATS = ("cpu_op", "python_function", "cuda_runtime", "cuda_driver", "user_annotation",
+                  "cpu_instant_event", "Runtime", "Operator")
+_COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
+
+
+class _DevArgs(msgspec.Struct):
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    bytes: Any = None
+
+
+class _RtArgs(msgspec.Struct):
+    correlation: Any = None
+
+
+def looks_like(raw: RawEvents) -> bool:
+    """Kineto writes deviceProperties / distributedInfo / schemaVersion and its own categories."""
+    if {"deviceProperties", "distributedInfo", "schemaVersion"} & raw.top.keys():
+        return True
+    cats = set(raw.cat.slice(0, 5000).to_pylist())
+    return bool(cats & {"cpu_op", "cuda_runtime", "kernel", "ac2g", "gpu_memcpy", "python_function"})
+
+
+def rank_of(top: dict[str, Any]) -> tuple[int, int | None]:
+    info = top.get("distributedInfo") or {}
+    rank = to_int(info.get("rank")) if isinstance(info, dict) else None
+    world = to_int(info.get("world_size")) if isinstance(info, dict) else None
+    return (rank if rank is not None else 0), world
+
+
+def derive(raw: RawEvents) -> Typed:
+    """Fill kind, device, stream, corr, bytes, addr, value and step from Kineto conventions."""
+    t = Typed(raw)
+    ph, name, cat = common.base_kinds(raw, t)
+    rank, _world = rank_of(raw.top)
+    t.rank[:] = rank
+    is_x = mask_of(ph, ("X",))
+
+    dev = np.flatnonzero(is_x & mask_of(cat, _DEVICE_CATS))
+    dargs = common.decode_args(raw, dev, _DevArgs)
+    t.set("device", dev, np.array([_or(to_int(a.device), raw.pid[i]) for a, i in zip(dargs, dev.tolist())], dtype=object))
+    t.set("stream", dev, np.array([_or(to_int(a.stream), raw.tid[i]) for a, i in zip(dargs, dev.tolist())], dtype=object))
+    t.set("corr", dev, np.array([to_int(a.correlation) for a in dargs], dtype=object))
+    t.set("bytes", dev, np.array([to_int(a.bytes) for a in dargs], dtype=object))
+    cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
+    kinds = np.full(len(dev), "marker", dtype=object)
+    kinds[cat_dev == "kernel"] = "kernel"
+    kinds[cat_dev == "gpu_memcpy"] = "memcpy"
+    kinds[cat_dev == "gpu_memset"] = "memset"
+    kinds[cat_dev == "cuda_sync"] = "sync"
+    names_dev = raw.take("name", dev)
+    kinds[(cat_dev == "cuda_sync") & mask_of(names_dev, ("Event Sync",))] = "wait"
+    t.kind[dev] = kinds
+    coll = dev[(cat_dev == "kernel") & matches(names_dev, _COLLECTIVE)]
+    t.kind[coll] = "collective"
+
+    rt = np.flatnonzero(is_x & mask_of(cat, _RUNTIME_CATS))
+    rargs = common.decode_args(raw, rt, _RtArgs)
+    rt_corr = np.array([to_int(a.correlation) for a in rargs], dtype=object)
+    t.set("corr", rt, rt_corr)
+    host_api = np.flatnonzero(is_x & mask_of(cat, _HOST_API_CATS))
+    t.kind[host_api] = "api"
+    launched = _launched_corrs(t)
+    rt_kind = np.array(["launch" if c is not None and c in launched else "api" for c in rt_corr.tolist()], dtype=object)
+    rt_names = raw.take("name", rt)
+    rt_kind[matches(rt_names, r"Synchronize")] = "sync"
+    rt_kind[matches(rt_names, r"StreamWaitEvent")] = "wait"
+    t.kind[rt] = rt_kind
+
+    flows = np.flatnonzero(t.kind == "flow")
+    ac2g = flows[mask_of(raw.take("cat", flows), ("ac2g",))]
+    t.set("corr", ac2g, common.flow_ids_as_int(raw, ac2g))
+
+    common.memory_events(raw, t, ph, name)
+    host = np.ones(raw.__len__(), dtype=bool)
+    device_rows = np.zeros(len(raw), dtype=bool)
+    device_rows[dev] = True
+    host &= ~device_rows
+    common.steps(raw, t, name, host, device_rows)
+    return t
+
+
+def _or(v: int | None, fallback: Any) -> int:
+    return v if v is not None else int(fallback)
+
+
+def _launched_corrs(t: Typed) -> set[int]:
+    corr, ok = t.get("corr")
+    devk = np.isin(t.kind, ("kernel", "memcpy", "memset", "collective")) & ok
+    return set(corr[devk].tolist())

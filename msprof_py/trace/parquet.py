@@ -1,0 +1,109 @@
+"""Parquet I/O of the trace table: one file, or a directory partitioned hive-style by rank."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msprof_py.errors import MsprofError, TraceFormatError
+from msprof_py.trace.schema import (
+    COLUMN_NAMES, META_KEY, Trace, TraceMeta, arrow_schema, canonical_dictionaries, validate,
+)
+
+ROW_GROUP_ROWS = 256 * 1024
+
+
+def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | None = None) -> Path:
+    """Write atomically: to a temporary sibling first, then rename, so no half-written output.
+
+    A path ending in `.parquet` is one file; any other path is a directory with
+    `rank=R/part-0.parquet` per rank (the unit of parallel work for multi-rank analyses).
+    """
+    path = Path(path)
+    if partition_by_rank is None:
+        partition_by_rank = path.suffix != ".parquet"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise MsprofError(f"{path}: directory {parent} does not exist")
+    table = trace.table.replace_schema_metadata(arrow_schema(trace.meta).metadata)
+    try:
+        if not partition_by_rank:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+            os.close(fd)
+            try:
+                _write_file(table, tmp)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return path
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
+        try:
+            ranks = pc.unique(table.column("rank")).to_pylist()
+            for rank in sorted(ranks):
+                part = table.filter(pc.equal(table.column("rank"), rank))
+                (tmpdir / f"rank={rank}").mkdir()
+                _write_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
+            if path.exists():
+                if not path.is_dir() or any(p for p in path.iterdir() if not p.name.startswith("rank=")):
+                    raise MsprofError(f"{path}: exists and is not an msprof-py trace directory; choose another output")
+                shutil.rmtree(path)
+            os.replace(tmpdir, path)
+        finally:
+            if tmpdir.exists():
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        return path
+    except PermissionError:
+        raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
+
+
+def _write_file(table: pa.Table, path: str | Path) -> None:
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+
+
+def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
+    """Read a trace table written by `write_trace` (file or rank-partitioned directory)."""
+    path = Path(path)
+    if not path.exists():
+        raise MsprofError(f"{path}: no such file or directory")
+    files = sorted(path.glob("rank=*/*.parquet"), key=_rank_key) if path.is_dir() else [path]
+    if not files:
+        raise TraceFormatError(f"{path}: no rank=*/*.parquet partitions in this directory")
+    tables, meta = [], None
+    for f in files:
+        try:
+            pf = pq.ParquetFile(f)
+            t = pf.read(columns=columns)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
+        md = (pf.schema_arrow.metadata or {}).get(META_KEY)
+        if md is None:
+            raise TraceFormatError(f"{f}: Parquet file has no msprof-py metadata", hint="is this an msprof-py trace table?")
+        if meta is None:
+            meta = TraceMeta.from_json(md)
+        tables.append(t)
+    if columns is None:
+        for f, t in zip(files, tables):
+            validate(t, where=str(f))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if columns is None:
+        table = canonical_dictionaries(table.select(list(COLUMN_NAMES)))
+        table = table.replace_schema_metadata(arrow_schema(meta).metadata)
+    return Trace(table=table, meta=meta)
+
+
+def _rank_key(p: Path) -> int:
+    try:
+        return int(p.parent.name.split("=", 1)[1])
+    except (IndexError, ValueError):
+        return 1 << 30
+
+
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200]
