@@ -38,8 +38,12 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
         ("pid", int | str | None, None),
         ("tid", int | str | None, None),
     ]
+    # ts, dur and id decode untyped: ints come back exact and float literals come back as
+    # their text (the decoder's float_hook), so no precision is lost and no Raw object is made.
+    for key in ("ts", "dur", "id"):
+        fields.append((key, Any, None))
     raw = msgspec.Raw | msgspec.UnsetType
-    for key in ("ts", "dur", "id", "args", *extra_keys):
+    for key in ("args", *extra_keys):
         fields.append((key, raw, msgspec.UNSET))
     return msgspec.defstruct("ChromeEvent", fields, forbid_unknown_fields=True, gc=False)
 
@@ -66,6 +70,21 @@ class RawEvents:
     def __len__(self) -> int:
         return len(self.ph)
 
+    @classmethod
+    def concat(cls, pieces: list["RawEvents"]) -> "RawEvents":
+        if len(pieces) == 1:
+            return pieces[0]
+        arrow = ("ph", "name", "cat", "dur_ns", "id", "args", "extra")
+        numpy = ("pid", "tid", "ts_ns", "has_ts")
+        out = {k: pa.concat_arrays([getattr(p, k) for p in pieces]) for k in arrow}
+        out.update({k: np.concatenate([getattr(p, k) for p in pieces]) for k in numpy})
+        return cls(**out, skipped=sum(p.skipped for p in pieces))
+
+    def release(self) -> None:
+        """Drop the columns (the table now owns them), so their memory can go early."""
+        for k in ("ph", "name", "cat", "dur_ns", "id", "args", "extra", "pid", "tid", "ts_ns", "has_ts"):
+            setattr(self, k, None)
+
     def take(self, column: str, idx: np.ndarray | list[int]) -> pa.Array:
         """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra)."""
         return getattr(self, column).take(pa.array(np.asarray(idx, dtype=np.int64)))
@@ -78,11 +97,19 @@ class RawEvents:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
 
 
+#: Events decoded per batch: bounds the per-event Python objects alive at once, which
+#: would otherwise be several times the size of the JSON.
+CHUNK_EVENTS = 32768
+_CHUNK_BYTES = 8 << 20
+
+
 def decode(data: bytes, *, where: str, lenient: bool = False) -> RawEvents:
     """Decode a Chrome trace (object with traceEvents, or a bare array) into raw columns."""
-    stripped = data.lstrip()
+    stripped = data[:64].lstrip()
     if not stripped:
-        raise TraceFormatError(f"{where}: empty file", hint="expected Chrome trace JSON")
+        if not bytes(data).strip():
+            raise TraceFormatError(f"{where}: empty file", hint="expected Chrome trace JSON")
+        stripped = bytes(data).lstrip()
     top: dict[str, Any] = {}
     if stripped[:1] == b"{":
         try:
@@ -94,50 +121,91 @@ def decode(data: bytes, *, where: str, lenient: bool = False) -> RawEvents:
                 f"{where}: not a trace: JSON object has no 'traceEvents' key",
                 hint="expected a Chrome/Kineto trace object or a bare array of events",
             )
-        events_raw = bytes(parts.pop("traceEvents"))
+        events_raw = parts.pop("traceEvents")
         for key, raw in parts.items():
             top[key] = _loads(raw, where)
     elif stripped[:1] == b"[":
         events_raw = data
     else:
         raise TraceFormatError(
-            f"{where}: not a trace: expected a JSON object or array, found {stripped[:12]!r}",
+            f"{where}: not a trace: expected a JSON object or array, found {bytes(stripped[:12])!r}",
             hint="expected Chrome trace JSON (.json or .json.gz)",
         )
-    events, skipped = _decode_events(events_raw, where, lenient)
-    raw = _columns(events, where, lenient)
+    pieces: list[RawEvents] = []
+    extra_keys: tuple[str, ...] = _COMMON_EXTRA
+    base = 0
+    for blob, count in _batches(events_raw, where):
+        try:
+            events, skipped, extra_keys = _decode_events(blob, where, lenient, extra_keys)
+            del blob
+            piece = _columns(events, where, lenient)
+        except TraceFormatError as exc:
+            raise _shifted(exc, base) from None
+        piece.skipped += skipped
+        pieces.append(piece)
+        base += count if count is not None else len(events)
+        del events
+        # Return the batch's scratch memory now: the allocator would otherwise keep it.
+        pa.default_memory_pool().release_unused()
+    raw = RawEvents.concat(pieces)
     raw.top = top
-    raw.skipped += skipped
     return raw
 
 
-def _decode_events(data: bytes, where: str, lenient: bool) -> tuple[list[Any], int]:
-    extra: tuple[str, ...] = _COMMON_EXTRA
+def _batches(events_raw: Any, where: str):
+    """JSON arrays of at most CHUNK_EVENTS events each, with their event counts."""
+    if len(events_raw) <= _CHUNK_BYTES:
+        yield events_raw, None
+        return
+    try:
+        items = msgspec.json.decode(events_raw, type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
+    except msgspec.DecodeError as exc:
+        raise _json_error(where, bytes(events_raw), exc) from None
+    for i in range(0, len(items), CHUNK_EVENTS):
+        part = items[i:i + CHUNK_EVENTS]
+        yield b"[" + b",".join(part) + b"]", len(part)
+
+
+def _shifted(exc: TraceFormatError, base: int) -> TraceFormatError:
+    """Re-number 'event N' in a batch's error to the event's index in the whole file."""
+    if not base:
+        return exc
+    text = re.sub(r"\bevent (\d+)", lambda m: f"event {int(m.group(1)) + base}", str(exc), count=1)
+    return TraceFormatError(text, hint=exc.hint)
+
+
+def _decode_events(data: Any, where: str, lenient: bool,
+                   extra: tuple[str, ...]) -> tuple[list[Any], int, tuple[str, ...]]:
     for _ in range(256):
         struct = _event_struct(extra)
         try:
-            return msgspec.json.decode(data, type=list[struct]), 0
+            return msgspec.json.Decoder(list[struct], float_hook=str).decode(data), 0, extra
         except msgspec.ValidationError as exc:
             m = _UNKNOWN_FIELD.search(str(exc))
             if m:
                 extra = (*extra, m.group(1))
                 continue
             if lenient:
-                return _decode_leniently(data, struct, where)
+                events, skipped = _decode_leniently(data, struct, where)
+                return events, skipped, extra
             raise _validation_error(where, exc) from None
         except msgspec.DecodeError as exc:
             if "Expected `array`" in str(exc):
                 raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
-            raise _json_error(where, data, exc) from None
+            raise _json_error(where, bytes(data), exc) from None
     raise TraceFormatError(f"{where}: events carry too many distinct keys (over 256)")
 
 
 def _decode_leniently(data: bytes, struct: type, where: str) -> tuple[list[Any], int]:
     try:
         items = msgspec.json.decode(data, type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
     except msgspec.DecodeError as exc:
-        raise _json_error(where, data, exc) from None
-    decoder = msgspec.json.Decoder(struct)
+        raise _json_error(where, bytes(data), exc) from None
+    decoder = msgspec.json.Decoder(struct, float_hook=str)
     out, skipped = [], 0
     for item in items:
         try:
@@ -179,6 +247,8 @@ def _validation_error(where: str, exc: Exception) -> TraceFormatError:
     m = _PATH_INDEX.search(msg)
     base = msg.split(" - at ")[0].replace("`", "'")
     if m:
+        if not m.group(2) and base.startswith("Expected 'object'"):
+            return TraceFormatError(f"{where}: not a trace: event {m.group(1)} is not a JSON object ({base})")
         fld = f" field '{m.group(2)}'" if m.group(2) else ""
         return TraceFormatError(f"{where}: event {m.group(1)}{fld}: {base}")
     return TraceFormatError(f"{where}: not a trace: {base}")
@@ -195,16 +265,15 @@ def _loads(raw: bytes | msgspec.Raw, where: str) -> Any:
 
 def _columns(events: list[Any], where: str, lenient: bool) -> RawEvents:
     n = len(events)
+    skipped = 0
+    if lenient:
+        events = [e for e in events if _well_formed(e)]
+        skipped = n - len(events)
+        n = len(events)
     ph_list = list(map(attrgetter("ph"), events))
     if None in ph_list:
         i = ph_list.index(None)
-        if not lenient:
-            raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
-        keep = [j for j, p in enumerate(ph) if p is not None]
-        events = [events[j] for j in keep]
-        raw = _columns(events, where, lenient)
-        raw.skipped += n - len(keep)
-        return raw
+        raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
     struct_fields = type(events[0]).__struct_fields__ if n else ()
     extra_keys = [f for f in struct_fields if f not in _COLUMN_KEYS]
     col = lambda key: list(map(attrgetter(key), events))  # noqa: E731
@@ -228,11 +297,45 @@ def _columns(events: list[Any], where: str, lenient: bool) -> RawEvents:
         id=_flow_ids(col("id"), where),
         args=_raw_texts(col("args"), "args", where),
         extra=_extras(events, extra_keys, pid_str, tid_str, where),
+        skipped=skipped,
     )
 
 
-def _text(raw: Any) -> str:
-    return bytes(raw).decode("utf-8", "replace")
+def _well_formed(e: Any) -> bool:
+    """The checks _columns would fail on, per event, for --lenient imports."""
+    if e.ph is None:
+        return False
+    for v in (e.ts, e.dur):
+        if v is None:
+            continue
+        if v.__class__ is int:
+            if abs(v) >= 2**63 // 1000:
+                return False
+        elif v.__class__ is str:
+            try:
+                if not abs(float(v)) < 2**63 / 1000:
+                    return False
+            except ValueError:
+                return False
+        else:
+            return False
+    if e.dur is not None and float(e.dur) < 0:
+        return False
+    if e.id is not None and not (e.id.__class__ is str or (e.id.__class__ is int and -(2**63) <= e.id <= _UINT64_MAX)):
+        return False
+    for v in (e.pid, e.tid):
+        if v.__class__ is int and not -(2**63) <= v <= _INT64_MAX:
+            return False
+    if e.args is not msgspec.UNSET:
+        try:
+            bytes(e.args).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _text(v: Any) -> str:
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, msgspec.Raw) else str(v)
 
 
 def synthetic_id(text: str) -> int:
@@ -271,54 +374,88 @@ def _raw_strings(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
     return arr.cast(pa.binary()) if len(data) < 2**31 else arr, lens > 0
 
 
-def _times_ns(raws: list[Any], key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Raw JSON numbers (or numeric strings) in microseconds -> exact int64 nanoseconds."""
-    n = len(raws)
-    arr, present = _raw_strings(raws)
-    if not present.any():
-        return np.zeros(n, dtype=np.int64), present
-    first = pc.binary_slice(arr, 0, 1)
-    first_np = first.cast(pa.string()).to_numpy(zero_copy_only=False)
-    nulls = first_np == "n"
-    present &= ~nulls
-    bad = np.isin(first_np, ["[", "{", "t", "f"])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise TraceFormatError(f"{where}: event {i}: '{key}' must be a number, got {_kind_of(first_np[i].encode())}")
-    quoted = first_np == '"'
-    text = arr
-    if quoted.any():
-        text = pc.if_else(pa.array(quoted), pc.binary_slice(arr, 1, -1), arr)
-    text = pc.if_else(pa.array(present), text, pa.scalar(b"0", pa.binary()))
+def _times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Microsecond values (ints, float literal text, numeric strings) -> exact int64 ns."""
+    n = len(values)
     try:
-        dec = text.cast(pa.string()).cast(pa.decimal128(38, 18))
+        # Fast path: all integers (most Kineto traces) or absent.
+        us = pa.array(values, type=pa.int64())
+        present = us.is_valid().to_numpy(zero_copy_only=False)
+        us_np = us.fill_null(0).to_numpy()
+        if np.abs(us_np).max(initial=0) >= 2**63 // 1000:
+            i = int(np.flatnonzero(np.abs(us_np) >= 2**63 // 1000)[0])
+            raise TraceFormatError(f"{where}: event {i}: '{key}' {values[i]} is out of range")
+        return us_np * 1000, present
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    texts: list[str | None] = list(values)
+    for i, v in enumerate(values):
+        c = v.__class__
+        if c is str or v is None:
+            continue
+        if c is int:
+            texts[i] = str(v)
+        else:
+            raise TraceFormatError(f"{where}: event {i}: '{key}' must be a number, got {_kind_of(v)}")
+    arr = pa.array(texts, type=pa.string())
+    present = arr.is_valid().to_numpy(zero_copy_only=False)
+    ns = _decimal_text_to_ns(arr.fill_null("0"), key, where)
+    ns[~present] = 0
+    return ns, present
+
+
+_SIMPLE_DECIMAL = r"^\s*-?\d{1,16}(\.\d{0,3})?\s*$"
+
+
+def _decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
+    """Decimal microsecond text -> int64 ns, exact; more than 3 decimals round half-to-even."""
+    if pc.all(pc.match_substring_regex(text, _SIMPLE_DECIMAL)).as_py():
+        # Common case: plain decimals with at most 3 fraction digits; split, no decimal maths.
+        stripped = pc.utf8_trim_whitespace(text)
+        dotted = pc.if_else(pc.match_substring(stripped, "."), stripped,
+                            pc.binary_join_element_wise(stripped, pa.scalar(".0"), ""))
+        parts = pc.split_pattern(dotted, ".", max_splits=1)
+        whole = pc.list_element(parts, 0).cast(pa.int64()).to_numpy()
+        frac = pc.utf8_rpad(pc.list_element(parts, 1), 3, "0").cast(pa.int64()).to_numpy()
+        neg = pc.starts_with(stripped, "-").to_numpy(zero_copy_only=False)
+        big = np.abs(whole) >= 2**63 // 1000 - 1
+        if big.any():
+            i = int(np.flatnonzero(big)[0])
+            raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+        return whole * 1000 + np.where(neg, -frac, frac)
+    text = pc.utf8_trim_whitespace(text)
+    text = pc.if_else(pc.ends_with(text, "."), pc.binary_join_element_wise(text, pa.scalar("0"), ""), text)
+    try:
+        dec = text.cast(pa.decimal128(38, 18))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         texts = text.to_pylist()
         i = _first_bad_number(texts)
         raise TraceFormatError(f"{where}: event {i}: '{key}' is not a number: {texts[i]!r}") from None
     scaled = pc.round(dec, 3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
+    n = len(text)
     words = np.frombuffer(scaled.buffers()[1], dtype=np.int64)[2 * scaled.offset: 2 * (scaled.offset + n)]
     lo, hi = words[0::2].copy(), words[1::2]
     fits = ((hi == 0) & (lo >= 0)) | ((hi == -1) & (lo < 0))
     if not fits.all():
         i = int(np.flatnonzero(~fits)[0])
         raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
-    lo[~present] = 0
-    return lo, present
+    return lo
 
 
-def _kind_of(c: bytes) -> str:
-    return {b"[": "a list", b"{": "an object", b"t": "a boolean", b"f": "a boolean"}.get(c, "a value")
+def _kind_of(v: Any) -> str:
+    if isinstance(v, bytes):
+        return {b"[": "a list", b"{": "an object", b"t": "a boolean", b"f": "a boolean"}.get(v, "a value")
+    return {list: "a list", dict: "an object", bool: "a boolean"}.get(type(v), type(v).__name__)
 
 
-def _first_bad_number(texts: list[bytes | None]) -> int:
+def _first_bad_number(texts: list[str | None]) -> int:
     from decimal import Decimal, InvalidOperation
 
     for i, t in enumerate(texts):
         if t is None:
             continue
         try:
-            d = Decimal(t.decode("utf-8", "replace"))
+            d = Decimal(t)
             if not d.is_finite() or abs(d) >= Decimal(10) ** 20:
                 return i
         except InvalidOperation:
@@ -326,41 +463,25 @@ def _first_bad_number(texts: list[bytes | None]) -> int:
     return 0
 
 
-def _flow_ids(raws: list[Any], where: str) -> pa.Array:
-    """Flow/async ids as text: numbers verbatim (exact beyond 2**53), strings unquoted."""
-    arr, present = _raw_strings(raws)
-    if not present.any():
-        return pa.nulls(len(raws), pa.string())
-    text = arr.cast(pa.string())
-    numeric = pc.match_substring_regex(text, r"^-?\d+$").to_numpy(zero_copy_only=False)
-    odd = np.flatnonzero(present & ~numeric)
-    if not len(odd):
-        _check_width(text, present, where)
-        return pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
-    out = text.to_pylist()
-    for i in odd.tolist():
-        t = out[i]
-        c = t[:1]
-        if c == '"':
-            out[i] = _loads(t.encode(), where)
-        elif c == "n":
-            out[i] = None
-        elif c in ("[", "{", "t", "f"):
-            raise TraceFormatError(f"{where}: event {i}: 'id' must be a number or string, got {_kind_of(c.encode())}")
+def _flow_ids(values: list[Any], where: str) -> pa.Array:
+    """Flow/async ids as text: integers exactly (beyond 2**53 too), strings as they are."""
+    try:
+        ints = pa.array(values, type=pa.int64())
+        return ints.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    out: list[str | None] = list(values)
+    for i, v in enumerate(values):
+        c = v.__class__
+        if c is str or v is None:
+            continue
+        if c is int:
+            if not -(2**63) <= v <= _UINT64_MAX:
+                raise TraceFormatError(f"{where}: event {i}: 'id' {v} is wider than 64 bits")
+            out[i] = str(v)
         else:
-            raise TraceFormatError(f"{where}: event {i}: 'id' {t} is not an integer")
-    _check_width(text, present & numeric, where)
-    for i in np.flatnonzero(~present).tolist():
-        out[i] = None
+            raise TraceFormatError(f"{where}: event {i}: 'id' must be a number or string, got {_kind_of(v)}")
     return pa.array(out, type=pa.string())
-
-
-def _check_width(text: pa.Array, numeric: np.ndarray, where: str) -> None:
-    lengths = pc.utf8_length(text).to_numpy(zero_copy_only=False)
-    for i in np.flatnonzero(numeric & (lengths >= 19)).tolist():
-        v = text[i].as_py()
-        if not -(2**63) <= int(v) <= _UINT64_MAX:
-            raise TraceFormatError(f"{where}: event {i}: 'id' {v} is wider than 64 bits")
 
 
 def _raw_texts(raws: list[Any], key: str, where: str) -> pa.Array:
@@ -377,18 +498,16 @@ def _extras(events: list[Any], keys: list[str], pid_str: dict[int, str], tid_str
             where: str) -> pa.Array:
     """The event's other top-level keys as one JSON object text (values verbatim), or null."""
     n = len(events)
+    unset = msgspec.UNSET
     parts: list[pa.Array] = []
     for key in keys:
-        arr, present = _raw_strings(list(map(attrgetter(key), events)))
-        if present.any():
-            parts.append(_keyed(key, arr, present))
+        vals = list(map(attrgetter(key), events))
+        rows = [i for i, v in enumerate(vals) if v is not unset]
+        if rows:
+            parts.append(_keyed(key, [vals[i] for i in rows], rows, n))
     for key, strs in (("pid", pid_str), ("tid", tid_str)):
         if strs:
-            vals: list[Any] = [b""] * n
-            for i, text in strs.items():
-                vals[i] = msgspec.json.encode(text)
-            arr, present = _raw_strings(vals)
-            parts.append(_keyed(key, arr, present))
+            parts.append(_keyed(key, [msgspec.json.encode(v) for v in strs.values()], list(strs), n))
     if not parts:
         return pa.nulls(n, pa.string())
     body = parts[0]
@@ -404,11 +523,14 @@ def _extras(events: list[Any], keys: list[str], pid_str: dict[int, str], tid_str
     return pc.if_else(anyp, text, pa.scalar(None, pa.string()))
 
 
-def _keyed(key: str, arr: pa.Array, present: np.ndarray) -> pa.Array:
-    """'"key":value' where present, null elsewhere."""
-    prefix = pa.scalar(msgspec.json.encode(key) + b":", pa.binary())
-    joined = pc.binary_join_element_wise(prefix, arr, b"")
-    return pc.if_else(pa.array(present), joined, pa.scalar(None, pa.binary()))
+def _keyed(key: str, values: list[Any], rows: list[int], n: int) -> pa.Array:
+    """A length-n binary array: '"key":value' at `rows`, null elsewhere."""
+    prefix = msgspec.json.encode(key) + b":"
+    subset, _ = _raw_strings(values)
+    joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), subset, b"")
+    where = np.full(n, -1, dtype=np.int64)
+    where[rows] = np.arange(len(rows))
+    return joined.take(pa.array(where, mask=where < 0))
 
 
 # ---------------------------------------------------------------- encoding

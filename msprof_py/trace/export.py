@@ -10,8 +10,6 @@ export -> import gives back the identical table.
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,9 +17,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from msprof_py.errors import MsprofError
 from msprof_py.trace.chrome import format_us
 from msprof_py.trace.importers import EXPORT_KEY
+from msprof_py.trace.atomic import atomic_file, parent_dir
 from msprof_py.trace.schema import TYPED_COLUMNS, Trace
 
 _enc = msgspec.json.Encoder()
@@ -107,21 +105,10 @@ def _typed_list(col: pa.ChunkedArray) -> list[Any]:
 def export_chrome(trace: Trace, path: str | Path, progress: Progress | None = None) -> Path:
     """Write Chrome JSON (gzip when the name ends in .gz) atomically."""
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise MsprofError(f"{path}: directory {parent} does not exist")
+    parent_dir(path)
     data = to_chrome_bytes(trace, progress)
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except PermissionError:
-        raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
     return path

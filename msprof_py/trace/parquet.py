@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msprof_py.errors import MsprofError, TraceFormatError
+from msprof_py.trace.atomic import atomic_file, file_mode, parent_dir
 from msprof_py.trace.schema import (
     COLUMN_NAMES, META_KEY, Trace, TraceMeta, arrow_schema, canonical_dictionaries, validate,
 )
@@ -28,20 +29,12 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
     path = Path(path)
     if partition_by_rank is None:
         partition_by_rank = path.suffix != ".parquet"
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise MsprofError(f"{path}: directory {parent} does not exist")
+    parent = parent_dir(path)
     table = trace.table.replace_schema_metadata(arrow_schema(trace.meta).metadata)
     try:
         if not partition_by_rank:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-            os.close(fd)
-            try:
+            with atomic_file(path) as tmp:
                 _write_file(table, tmp)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
             return path
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
         try:
@@ -50,11 +43,24 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
                 part = table.filter(pc.equal(table.column("rank"), rank))
                 (tmpdir / f"rank={rank}").mkdir()
                 _write_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
+            os.chmod(tmpdir, file_mode() | 0o111)
+            for sub in tmpdir.iterdir():
+                os.chmod(sub, file_mode() | 0o111)
+                for f in sub.iterdir():
+                    os.chmod(f, file_mode())
             if path.exists():
                 if not path.is_dir() or any(p for p in path.iterdir() if not p.name.startswith("rank=")):
                     raise MsprofError(f"{path}: exists and is not an msprof-py trace directory; choose another output")
-                shutil.rmtree(path)
-            os.replace(tmpdir, path)
+                # A directory cannot be replaced in one rename: move the old one aside first, so
+                # a crash leaves either the old or the new trace (the old under .old), never a mix.
+                old = path.with_name(f".{path.name}.old")
+                if old.exists():
+                    shutil.rmtree(old)
+                os.replace(path, old)
+                os.replace(tmpdir, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmpdir, path)
         finally:
             if tmpdir.exists():
                 shutil.rmtree(tmpdir, ignore_errors=True)

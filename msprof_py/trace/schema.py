@@ -120,20 +120,31 @@ def empty_columns(n: int) -> dict[str, Any]:
 
 
 def build_table(columns: dict[str, Any], meta: TraceMeta, *, sort: bool = True) -> Trace:
-    """Assemble columns (arrays, lists or numpy) into a schema-conformant, sorted Trace."""
+    """Assemble columns (arrays, lists or numpy) into a schema-conformant, sorted Trace.
+
+    Consumes `columns`: each input column is dropped as soon as its sorted copy exists, so a
+    large import holds one unsorted column at a time, not a whole second table.
+    """
     missing = [c for c in COLUMN_NAMES if c not in columns]
     if missing:
         raise TraceFormatError(f"cannot build trace table: missing column(s) {', '.join(missing)}")
+    order = None
+    if sort:
+        ts = np.asarray(_to_arrow(columns["ts"], pa.int64(), "ts").to_numpy(zero_copy_only=False))
+        rank = np.asarray(_to_arrow(columns["rank"], pa.int32(), "rank").to_numpy(zero_copy_only=False))
+        # Stable sort: ties keep producer order, so export -> import is idempotent.
+        perm = np.lexsort((ts, rank))
+        if not np.array_equal(perm, np.arange(len(perm))):
+            order = pa.array(perm)
     arrays = []
     for name, typ, _nullable in COLUMNS:
-        arrays.append(_to_arrow(columns[name], typ, name))
+        arr = _to_arrow(columns.pop(name), typ, name)
+        if order is not None:
+            arr = arr.take(order)
+        if pa.types.is_dictionary(typ):
+            arr = arr.cast(pa.string()).dictionary_encode().cast(typ)
+        arrays.append(arr)
     table = pa.Table.from_arrays(arrays, schema=arrow_schema(meta))
-    if sort and table.num_rows:
-        # Stable sort: ties keep producer order, so export -> import is idempotent.
-        order = np.lexsort((table.column("ts").to_numpy(), table.column("rank").to_numpy()))
-        if not np.array_equal(order, np.arange(len(order))):
-            table = table.take(pa.array(order))
-    table = canonical_dictionaries(table)
     return Trace(table=table, meta=meta)
 
 

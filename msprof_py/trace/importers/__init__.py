@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
+import os
 import zlib
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +28,7 @@ EXPORT_KEY = "msprof_py"
 Progress = Callable[[str, int, int], None]
 
 
-def read_bytes(path: str | Path, progress: Progress | None = None) -> bytes:
+def read_bytes(path: str | Path, progress: Progress | None = None) -> bytes | bytearray:
     """The file's bytes, gunzipped when it is gzip (by magic number, not by name)."""
     path = Path(path)
     if not path.exists():
@@ -38,23 +39,42 @@ def read_bytes(path: str | Path, progress: Progress | None = None) -> bytes:
         size = path.stat().st_size
         with open(path, "rb") as fh:
             head = fh.read(2)
-            fh.seek(0)
             if head != b"\x1f\x8b":
+                fh.seek(0)
                 return fh.read()
-            out = bytearray()
-            with gzip.GzipFile(fileobj=fh) as gz:
-                while True:
-                    chunk = gz.read(1 << 22)
-                    if not chunk:
-                        break
-                    out += chunk
-                    if progress:
-                        progress("decompress", fh.tell(), size)
-            return bytes(out)
+            return _gunzip(fh, size, progress)
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: corrupt gzip stream ({exc})", hint="re-copy the file or pass the uncompressed JSON") from None
     except PermissionError:
         raise MsprofError(f"{path}: permission denied") from None
+
+
+def _gunzip(fh, size: int, progress: Progress | None) -> bytearray:
+    """Decompress into one buffer sized from the gzip trailer: no second copy of the JSON."""
+    fh.seek(-4, os.SEEK_END)
+    expected = int.from_bytes(fh.read(4), "little")  # ISIZE: uncompressed size mod 2**32
+    fh.seek(0)
+    # A truncated or corrupt file has a meaningless trailer: trust it only up to a ratio real
+    # traces stay under (they compress ~20:1), and grow the buffer if the data goes beyond.
+    expected = min(expected, size * 64)
+    buf = bytearray(expected + 1)
+    view = memoryview(buf)
+    filled = 0
+    with gzip.GzipFile(fileobj=fh) as gz:
+        while True:
+            if filled == len(buf):  # larger than ISIZE said (>4 GiB or multi-member): grow
+                view.release()
+                buf.extend(bytes(len(buf)))
+                view = memoryview(buf)
+            n = gz.readinto(view[filled:filled + (1 << 22)])
+            if not n:
+                break
+            filled += n
+            if progress:
+                progress("decompress", fh.tell(), size)
+    view.release()
+    del buf[filled:]
+    return buf
 
 
 def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress | None = None) -> Trace:
@@ -118,7 +138,9 @@ def from_raw(raw: chrome.RawEvents, *, where: str = "trace") -> Trace:
                      world_size=world, source_meta=raw.top)
     if raw.skipped:
         meta.extra["skipped_events"] = raw.skipped
-    return build_table({**raw_columns(raw, origin), **typed.columns()}, meta)
+    cols = {**raw_columns(raw, origin), **typed.columns()}
+    raw.release()
+    return build_table(cols, meta)
 
 
 def generic_derive(raw: chrome.RawEvents) -> common.Typed:
@@ -162,6 +184,7 @@ def _from_export(raw: chrome.RawEvents, where: str) -> Trace:
     meta.source_meta = raw.top
     # Event ts in an export are relative to the origin already.
     cols = raw_columns(raw, 0)
+    raw.release()
     for col in TYPED_COLUMNS:
         cols[col] = typed_cols[col]
     return build_table(cols, meta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -33,6 +34,17 @@ class Typed:
 
     def set(self, col: str, idx: Any, values: Any) -> None:
         """Set column `col` at positions `idx` (index array or mask); None/NaN entries stay null."""
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            ok = values.is_valid().to_numpy(zero_copy_only=False)
+            vals = values.fill_null(0).to_numpy(zero_copy_only=False)
+            if col == "value":
+                self.value[idx] = vals
+                self.value_set[idx] = ok
+            else:
+                data, valid = self._ints[col]
+                data[idx] = vals
+                valid[idx] = ok
+            return
         vals = np.asarray(values)
         if col == "value":
             v = vals.astype(np.float64)
@@ -83,14 +95,41 @@ def decode_args(raw: RawEvents, idx: np.ndarray, struct: type) -> list[Any]:
         return msgspec.json.decode(blob, type=list[struct])
     except msgspec.ValidationError:
         # One odd row (e.g. a string where a number is usual) must not sink the import.
-        dec = msgspec.json.Decoder(struct)
-        out = []
-        for t in texts:
-            try:
-                out.append(dec.decode(t))
-            except msgspec.ValidationError:
-                out.append(struct())
-        return out
+        return decode_args_texts(texts, struct)
+
+
+def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str, pa.Array]:
+    """Integer-valued args of rows `idx`: {out_name: int64 array with nulls} for {out_name: arg key}.
+
+    One typed msgspec pass; when a row has an odd value (a hex string, a float) the rows are
+    decoded loosely and converted one by one.
+    """
+    if not len(idx):
+        return {k: pa.array([], type=pa.int64()) for k in keys}
+    fields = [(f"f{i}", int | None, msgspec.field(default=None, name=key)) for i, key in enumerate(keys.values())]
+    strict = msgspec.defstruct("IntArgs", fields, gc=False)
+    texts = [t or "{}" for t in raw.args_of(idx)]
+    blob = ("[" + ",".join(texts) + "]").encode()
+    try:
+        rows = msgspec.json.decode(blob, type=list[strict])
+        return {out: pa.array(list(map(attrgetter(f"f{i}"), rows)), type=pa.int64())
+                for i, out in enumerate(keys)}
+    except (msgspec.ValidationError, OverflowError):
+        loose = msgspec.defstruct("AnyArgs", [(f, Any, d) for f, _t, d in fields], gc=False)
+        rows = decode_args_texts(texts, loose)
+        return {out: pa.array([to_int(getattr(r, f"f{i}")) for r in rows], type=pa.int64())
+                for i, out in enumerate(keys)}
+
+
+def decode_args_texts(texts: list[str], struct: type) -> list[Any]:
+    dec = msgspec.json.Decoder(struct)
+    out = []
+    for t in texts:
+        try:
+            out.append(dec.decode(t))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            out.append(struct())
+    return out
 
 
 def to_int(v: Any) -> int | None:

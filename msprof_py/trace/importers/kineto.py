@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
@@ -18,17 +19,6 @@ _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _HOST_API_CATS = ("cpu_op", "python_function", "cuda_runtime", "cuda_driver", "user_annotation",
                   "cpu_instant_event", "Runtime", "Operator")
 _COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
-
-
-class _DevArgs(msgspec.Struct):
-    device: Any = None
-    stream: Any = None
-    correlation: Any = None
-    bytes: Any = None
-
-
-class _RtArgs(msgspec.Struct):
-    correlation: Any = None
 
 
 def looks_like(raw: RawEvents) -> bool:
@@ -55,11 +45,12 @@ def derive(raw: RawEvents) -> Typed:
     is_x = mask_of(ph, ("X",))
 
     dev = np.flatnonzero(is_x & mask_of(cat, _DEVICE_CATS))
-    dargs = common.decode_args(raw, dev, _DevArgs)
-    t.set("device", dev, np.array([_or(to_int(a.device), raw.pid[i]) for a, i in zip(dargs, dev.tolist())], dtype=object))
-    t.set("stream", dev, np.array([_or(to_int(a.stream), raw.tid[i]) for a, i in zip(dargs, dev.tolist())], dtype=object))
-    t.set("corr", dev, np.array([to_int(a.correlation) for a in dargs], dtype=object))
-    t.set("bytes", dev, np.array([to_int(a.bytes) for a in dargs], dtype=object))
+    dargs = common.int_args(raw, dev, {"device": "device", "stream": "stream", "corr": "correlation", "bytes": "bytes"})
+    # Kineto puts the device in pid and the stream in tid too; args win when present.
+    t.set("device", dev, pc.coalesce(dargs["device"], pa.array(raw.pid[dev])))
+    t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
+    t.set("corr", dev, dargs["corr"])
+    t.set("bytes", dev, dargs["bytes"])
     cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
     kinds = np.full(len(dev), "marker", dtype=object)
     kinds[cat_dev == "kernel"] = "kernel"
@@ -73,13 +64,13 @@ def derive(raw: RawEvents) -> Typed:
     t.kind[coll] = "collective"
 
     rt = np.flatnonzero(is_x & mask_of(cat, _RUNTIME_CATS))
-    rargs = common.decode_args(raw, rt, _RtArgs)
-    rt_corr = np.array([to_int(a.correlation) for a in rargs], dtype=object)
-    t.set("corr", rt, rt_corr)
+    rt_corr_arr = common.int_args(raw, rt, {"corr": "correlation"})["corr"]
+    t.set("corr", rt, rt_corr_arr)
     host_api = np.flatnonzero(is_x & mask_of(cat, _HOST_API_CATS))
     t.kind[host_api] = "api"
     launched = _launched_corrs(t)
-    rt_kind = np.array(["launch" if c is not None and c in launched else "api" for c in rt_corr.tolist()], dtype=object)
+    rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
+                       .to_numpy(zero_copy_only=False), "launch", "api").astype(object)
     rt_names = raw.take("name", rt)
     rt_kind[matches(rt_names, r"Synchronize")] = "sync"
     rt_kind[matches(rt_names, r"StreamWaitEvent")] = "wait"
@@ -98,11 +89,7 @@ def derive(raw: RawEvents) -> Typed:
     return t
 
 
-def _or(v: int | None, fallback: Any) -> int:
-    return v if v is not None else int(fallback)
-
-
-def _launched_corrs(t: Typed) -> set[int]:
+def _launched_corrs(t: Typed) -> np.ndarray:
     corr, ok = t.get("corr")
     devk = np.isin(t.kind, ("kernel", "memcpy", "memset", "collective")) & ok
-    return set(corr[devk].tolist())
+    return np.unique(corr[devk])

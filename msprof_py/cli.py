@@ -1,0 +1,143 @@
+"""The `msprof-py` command line: commands only; the work happens in plain modules.
+
+Every domain error (MsprofError) and I/O error (OSError) becomes one line on stderr,
+`msprof-py: error: <message>`, and exit code 2, in `_App.invoke`: the one place where errors
+turn into exit codes, so commands added later (analyze, report, diff, emulate, and the
+msprof-style top-level `--application=...` callback) get the same treatment for free.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from msprof_py import loading
+from msprof_py.errors import MsprofError
+from msprof_py.summary import render, summarize
+from msprof_py.trace import Trace, export_chrome, write_trace
+
+PROG = "msprof-py"
+EXIT_USAGE = 2  # bad input or usage; the same code click uses for usage errors
+
+
+class _App(TyperGroup):
+    """The root command group; turns domain and I/O errors into one-line messages."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MsprofError as exc:
+            _fail(exc.one_line())
+        except OSError as exc:
+            _fail(_os_message(exc))
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"{PROG}: error: {message}", err=True)
+    # typer.Exit, not click's: this Typer vendors its own click, whose main() knows only its own.
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _os_message(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    where = exc.filename if exc.filename is not None else None
+    return " ".join((f"{where}: {text}" if where else text).split())
+
+
+app = typer.Typer(
+    cls=_App,
+    name=PROG,
+    no_args_is_help=True,
+    add_completion=False,
+    # Domain errors never reach here; anything that does is a bug and should show plainly.
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Profile and analyze AI-accelerator traces (Kineto, torch_npu/msprof, msprof-py tables)."""
+
+
+TraceArg = Annotated[Path, typer.Argument(
+    metavar="TRACE", show_default=False,
+    help="Trace to read: Chrome/Kineto/torch_npu JSON (.json, .json.gz) or an msprof-py Parquet "
+         "table (file or rank-partitioned directory). The format is detected from the content.")]
+LenientOpt = Annotated[bool, typer.Option(
+    "--lenient", help="Skip malformed events of a JSON input (and count them) instead of failing.")]
+ProgressOpt = Annotated[Optional[bool], typer.Option(
+    "--progress/--no-progress", show_default=False,
+    help="Show a progress bar on stderr (default: only for large inputs on a terminal).")]
+
+
+@app.command("import")
+def import_(
+    trace_path: TraceArg,
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", show_default=False,
+        help="Where to write the table: OUT.parquet (one file) or a directory (rank=R/part-0.parquet).")],
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Import a trace into the msprof-py trace event table (Parquet)."""
+    loading.check_table_output(output)
+    trace = _load(trace_path, lenient, progress)
+    write_trace(trace, output)
+    typer.echo(f"wrote {len(trace)} events to {output}")
+    if lenient:
+        typer.echo(f"skipped {loading.skipped_events(trace)} malformed events")
+
+
+@app.command("export")
+def export(
+    trace_path: TraceArg,
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", show_default=False,
+        help="Chrome JSON to write (OUT.json, or OUT.json.gz for gzip); opens in Perfetto.")],
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Export a trace to Chrome Trace Event JSON (Perfetto, chrome://tracing)."""
+    loading.check_json_output(output)
+    trace = _load(trace_path, lenient, progress)
+    with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
+        export_chrome(trace, output, progress=report)
+    typer.echo(f"wrote {len(trace)} events to {output}")
+
+
+@app.command("info")
+def info(
+    trace_path: TraceArg,
+    top: Annotated[int, typer.Option(
+        "--top", min=0, help="How many names to list in each top-time table.")] = 10,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the summary as machine-readable JSON instead of tables.")] = False,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Summarize a trace: span, ranks, devices, streams, events per kind, top time consumers."""
+    trace = _load(trace_path, lenient, progress)
+    summary = summarize(trace, top=top)
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        Console().print(render(summary, title=str(trace_path)))
+
+
+def _load(trace_path: Path, lenient: bool, progress: bool | None) -> Trace:
+    with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
+        return loading.load_any(trace_path, lenient=lenient, progress=report)
+
+
+def main() -> None:
+    """Console-script entry point (`msprof-py`)."""
+    app(prog_name=PROG)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The CLI's I/O edge: open any trace (Parquet or Chrome JSON), vet output paths, show progress.
+
+The format is decided by content, never by file name: a directory is a rank-partitioned Parquet
+table, a file starting with the Parquet magic is one Parquet table, anything else goes to the
+JSON importers (which detect gzip, Kineto, torch_npu, ... themselves).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from msprof_py.errors import MsprofError, TraceFormatError
+from msprof_py.trace import Trace, import_trace, read_trace
+
+ProgressCallback = Callable[[str, int, int], None]
+
+PARQUET_MAGIC = b"PAR1"
+#: Below this input size a load takes well under a second: a bar would only flicker.
+LARGE_INPUT_BYTES = 16 * 1024 * 1024
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallback | None = None) -> Trace:
+    """Read a trace table (Parquet file or partitioned directory) or import a JSON trace."""
+    path = Path(path)
+    if not path.exists():
+        raise MsprofError(f"{path}: no such file or directory")
+    if path.is_dir() or is_parquet(path):
+        return read_trace(path)
+    trace = import_trace(path, lenient=lenient, progress=progress)
+    skipped = skipped_events(trace)
+    if skipped and len(trace) == 0:
+        # Leniency is for a few bad events in a real trace, not for turning any JSON
+        # array into an empty trace.
+        raise TraceFormatError(f"{path}: not a trace: all {skipped} events are malformed")
+    return trace
+
+
+def is_parquet(path: Path) -> bool:
+    """True when the file starts with the Parquet magic bytes."""
+    with open(path, "rb") as fh:
+        return fh.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+
+
+def skipped_events(trace: Trace) -> int:
+    """How many malformed events a lenient import left out."""
+    return int(trace.meta.extra.get("skipped_events", 0))
+
+
+def input_bytes(path: str | Path) -> int:
+    """Size of a trace file, or of all files under a partitioned directory (0 if missing)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return 0
+
+
+def check_table_output(path: str | Path) -> Path:
+    """Vet an `import` output (`.parquet` file or directory) before any input is read."""
+    path = Path(path)
+    if path.name.endswith(JSON_SUFFIXES) or path.suffix == ".gz":
+        raise MsprofError(f"{path}: import writes a Parquet table, not JSON",
+                          hint="use OUT.parquet or a directory; 'msprof-py export' writes Chrome JSON")
+    return _check_parent(path)
+
+
+def check_json_output(path: str | Path) -> Path:
+    """Vet an `export` output (`.json` or `.json.gz`) before any input is read."""
+    path = Path(path)
+    if not path.name.endswith(JSON_SUFFIXES):
+        raise MsprofError(f"{path}: export writes Chrome JSON; name the output .json or .json.gz")
+    if path.is_dir():
+        raise MsprofError(f"{path}: is a directory; expected a file name ending in .json or .json.gz")
+    return _check_parent(path)
+
+
+def _check_parent(path: Path) -> Path:
+    # Failing here, before a possibly long import, also guarantees nothing was written.
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise MsprofError(f"{path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MsprofError(f"{path}: directory {parent} is not writable")
+    return path
+
+
+@contextlib.contextmanager
+def progress_reporter(input_size_bytes: int, *, force: bool | None = None,
+                      console: Console | None = None) -> Iterator[ProgressCallback]:
+    """Yield a (stage, done, total) callback that drives a rich progress bar on stderr.
+
+    The bar shows when `force` is True, or when `force` is None, stderr is a terminal and the
+    input is large; otherwise the callback does nothing (so tests and pipes stay silent).
+    """
+    console = console or Console(stderr=True)
+    show = force if force is not None else (console.is_terminal and input_size_bytes >= LARGE_INPUT_BYTES)
+    if not show:
+        yield _ignore
+        return
+    # Percent, not counts: stages count different things (bytes, events).
+    columns = (TextColumn("{task.description:<10}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield update
+
+
+def _ignore(stage: str, done: int, total: int) -> None:
+    return None

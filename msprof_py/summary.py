@@ -1,0 +1,220 @@
+"""What a trace holds at a glance: span, ranks, devices, streams, event kinds, top time consumers.
+
+`summarize` is a pure function of a Trace (vectorised over the Arrow table); `render` turns its
+result into rich renderables. Neither prints nor touches files: the CLI decides where text goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from msprof_py.trace import KINDS, Trace
+
+#: Kinds of rows that ran on a device (their `stream` column is a device stream).
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
+#: Kinds of rows that are host-side runtime/framework calls.
+HOST_API_KINDS = ("api", "launch", "sync")
+UNNAMED = "(unnamed)"
+#: Kernel names run to hundreds of characters; this keeps a top table within 80 columns.
+NAME_CHARS = 40
+
+
+@dataclass(frozen=True)
+class NameTime:
+    """Total time of one event name: how often it ran and its share of the trace span.
+
+    Totals are inclusive: a host API nested in another counts in both.
+    """
+
+    name: str
+    count: int
+    total_ns: int
+    share_of_span: float  # total_ns / span_ns; can exceed 1 when streams overlap
+
+
+@dataclass(frozen=True)
+class StreamSet:
+    """The device streams seen on one (rank, device)."""
+
+    rank: int
+    device: int | None
+    streams: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The facts `msprof-py info` shows; times in ns relative to the trace origin."""
+
+    source_format: str
+    events: int
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    world_size: int | None
+    skipped_events: int
+    ranks: tuple[int, ...]
+    devices: tuple[int, ...]
+    streams: tuple[StreamSet, ...]
+    kinds: dict[str, int]
+    top_device: tuple[NameTime, ...]
+    top_host: tuple[NameTime, ...]
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready data (tuples become lists)."""
+        return asdict(self)
+
+
+def summarize(trace: Trace, top: int = 10) -> Summary:
+    """Summarize a trace; `top` limits each of the two top-name lists."""
+    table = trace.table
+    kind = table.column("kind").cast(pa.string())
+    # Metadata rows (process names, sort indices) carry no time of their own; Kineto stamps
+    # them with arbitrary ts, which would stretch the span.
+    timed = table.filter(pc.not_equal(kind, "meta"))
+    start_ns, end_ns = _extent_ns(timed)
+    span_ns = end_ns - start_ns
+    device_rows = table.filter(pc.is_in(kind, value_set=pa.array(DEVICE_KINDS)))
+    return Summary(
+        source_format=trace.meta.source_format,
+        events=table.num_rows,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        span_ns=span_ns,
+        world_size=trace.meta.world_size,
+        skipped_events=int(trace.meta.extra.get("skipped_events", 0)),
+        ranks=_distinct_ints(table.column("rank")),
+        devices=_distinct_ints(table.column("device")),
+        streams=_streams(device_rows),
+        kinds=_kind_counts(kind),
+        top_device=_top_names(table, kind, DEVICE_KINDS, top, span_ns),
+        top_host=_top_names(table, kind, HOST_API_KINDS, top, span_ns),
+    )
+
+
+def _extent_ns(table: pa.Table) -> tuple[int, int]:
+    """First start and last end (ts + dur, dur 0 when absent) of the rows."""
+    if table.num_rows == 0:
+        return 0, 0
+    ts = table.column("ts")
+    end = pc.add(ts, pc.fill_null(table.column("dur"), 0))
+    return int(pc.min(ts).as_py()), int(pc.max(end).as_py())
+
+
+def _distinct_ints(col: pa.ChunkedArray) -> tuple[int, ...]:
+    values = pc.unique(col.drop_null()).to_pylist()
+    return tuple(sorted(values))
+
+
+def _streams(device_rows: pa.Table) -> tuple[StreamSet, ...]:
+    rows = device_rows.filter(pc.is_valid(device_rows.column("stream")))
+    if rows.num_rows == 0:
+        return ()
+    grouped = rows.group_by(["rank", "device"]).aggregate([("stream", "distinct")]).to_pylist()
+    out = [StreamSet(g["rank"], g["device"], tuple(sorted(g["stream_distinct"]))) for g in grouped]
+    # None sorts last: a device-kind row without a device is the odd one out.
+    return tuple(sorted(out, key=lambda s: (s.rank, s.device is None, s.device or 0)))
+
+
+def _kind_counts(kind: pa.ChunkedArray) -> dict[str, int]:
+    counts = {c["values"]: c["counts"] for c in pc.value_counts(kind).to_pylist()}
+    order = {k: i for i, k in enumerate(KINDS)}
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0])))
+
+
+def _top_names(table: pa.Table, kind: pa.ChunkedArray, kinds: tuple[str, ...], top: int,
+               span_ns: int) -> tuple[NameTime, ...]:
+    """Names ranked by summed dur over complete (X) events of `kinds`; ties by name."""
+    mask = pc.and_(pc.is_in(kind, value_set=pa.array(kinds)),
+                   pc.equal(table.column("ph").cast(pa.string()), "X"))
+    rows = table.filter(mask)
+    if rows.num_rows == 0 or top <= 0:
+        return ()
+    names = pc.fill_null(rows.column("name").cast(pa.string()), UNNAMED)
+    slim = pa.table({"name": names, "dur": pc.fill_null(rows.column("dur"), 0)})
+    grouped = slim.group_by("name").aggregate([("dur", "sum"), ("dur", "count")])
+    ranked = grouped.sort_by([("dur_sum", "descending"), ("name", "ascending")]).slice(0, top)
+    return tuple(
+        NameTime(g["name"], g["dur_count"], g["dur_sum"], g["dur_sum"] / span_ns if span_ns else 0.0)
+        for g in ranked.to_pylist()
+    )
+
+
+# ---------------------------------------------------------------- rendering
+
+def format_ns(ns: int) -> str:
+    """A duration in the largest unit that keeps it >= 1 (ns, us, ms, s)."""
+    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3f} {unit}"
+    return f"{ns} ns"
+
+
+def render(summary: Summary, title: str | None = None) -> RenderableType:
+    """The summary as rich tables (overview, kinds, streams, top device work, top host APIs)."""
+    overview = Table.grid(padding=(0, 2))
+    overview.add_column(style="bold")
+    overview.add_column()
+    rows = [
+        ("source format", Text(summary.source_format)),
+        ("events", f"{summary.events:,}"),
+        ("span", f"{format_ns(summary.span_ns)} ({summary.span_ns:,} ns)"),
+        ("ranks", _int_list(summary.ranks)),
+        ("world size", "-" if summary.world_size is None else str(summary.world_size)),
+        ("devices", _int_list(summary.devices)),
+    ]
+    if summary.skipped_events:
+        rows.append(("skipped events", f"{summary.skipped_events:,}"))
+    for key, value in rows:
+        overview.add_row(key, value)
+
+    kinds = Table(title="events per kind", title_justify="left")
+    kinds.add_column("kind")
+    kinds.add_column("events", justify="right")
+    for k, n in summary.kinds.items():
+        kinds.add_row(k, f"{n:,}")
+
+    streams = Table(title="device streams", title_justify="left")
+    streams.add_column("rank", justify="right")
+    streams.add_column("device", justify="right")
+    streams.add_column("streams")
+    for s in summary.streams:
+        streams.add_row(str(s.rank), "-" if s.device is None else str(s.device), _int_list(s.streams))
+
+    parts: list[RenderableType] = [overview, kinds]
+    if summary.streams:
+        parts.append(streams)
+    parts.append(_name_table("top device work (kernel, memcpy, memset, collective)", summary.top_device))
+    parts.append(_name_table("top host APIs (api, launch, sync)", summary.top_host))
+    if title:
+        parts.insert(0, Text(title, style="bold"))
+    return Group(*parts)
+
+
+def _name_table(title: str, names: tuple[NameTime, ...]) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("% of span", justify="right", no_wrap=True)
+    for n in names:
+        share = f"{100 * n.share_of_span:.1f}"
+        # Text, not str: names such as "[memory]" must not be read as rich markup.
+        table.add_row(Text(_clip(n.name)), f"{n.count:,}", format_ns(n.total_ns), share)
+    if not names:
+        table.add_row("(none)", "", "", "")
+    return table
+
+
+def _clip(name: str) -> str:
+    # Clipped here, not by rich: rich shrinks every no-wrap column alike, numbers included.
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+
+
+def _int_list(values: tuple[int, ...]) -> str:
+    return ", ".join(map(str, values)) if values else "-"
