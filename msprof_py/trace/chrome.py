@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,9 +53,9 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
 class RawEvents:
     """The raw columns of a decoded Chrome trace (timestamps in absolute ns of the source clock)."""
 
-    ph: pa.Array  # string
-    name: pa.Array  # string
-    cat: pa.Array  # string
+    ph: pa.Array | pa.ChunkedArray  # string
+    name: pa.Array | pa.ChunkedArray  # string
+    cat: pa.Array | pa.ChunkedArray  # string
     pid: np.ndarray  # int64
     tid: np.ndarray  # int64
     ts_ns: np.ndarray  # int64, 0 where the event has no ts
@@ -76,7 +77,11 @@ class RawEvents:
             return pieces[0]
         arrow = ("ph", "name", "cat", "dur_ns", "id", "args", "extra")
         numpy = ("pid", "tid", "ts_ns", "has_ts")
-        out = {k: pa.concat_arrays([getattr(p, k) for p in pieces]) for k in arrow}
+        # The bulky verbatim columns stay chunked (a copy would briefly double them); the
+        # small ones the importers scan are made contiguous, which makes their scans cheaper.
+        out = {k: pa.chunked_array([getattr(p, k) for p in pieces]) for k in ("args", "extra")}
+        out.update({k: pa.concat_arrays([getattr(p, k) for p in pieces])
+                    for k in arrow if k not in ("args", "extra")})
         out.update({k: np.concatenate([getattr(p, k) for p in pieces]) for k in numpy})
         return cls(**out, skipped=sum(p.skipped for p in pieces))
 
@@ -93,48 +98,67 @@ class RawEvents:
         """The verbatim `args` JSON text of rows `idx`."""
         return self.args.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
 
+    def args_array_json(self, idx: np.ndarray | list[int]) -> bytes:
+        """The `args` of rows `idx` as one JSON array text (`{}` for rows without args), built
+        in Arrow without a Python string per row: msgspec then decodes all of them at once."""
+        if not len(idx):
+            return b"[]"
+        taken = self.take("args", idx)
+        if isinstance(taken, pa.ChunkedArray):
+            taken = taken.combine_chunks()
+        with_sep = pc.binary_join_element_wise(taken.fill_null("{}"), pa.scalar(","), "").cast(pa.large_binary())
+        offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64)
+        first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
+        body = with_sep.buffers()[2].to_pybytes()[first:last - 1]
+        return b"[" + body + b"]"
+
     def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
 
 
 #: Events decoded per batch: bounds the per-event Python objects alive at once, which
 #: would otherwise be several times the size of the JSON.
-CHUNK_EVENTS = 32768
-_CHUNK_BYTES = 8 << 20
+CHUNK_EVENTS = 8192
 
 
-def decode(data: bytes, *, where: str, lenient: bool = False) -> RawEvents:
+class _Top(msgspec.Struct):
+    """An object-form trace: only the event list is decoded (as raw values) in the first pass."""
+
+    traceEvents: list[msgspec.Raw] | None = None
+
+
+def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> RawEvents:
     """Decode a Chrome trace (object with traceEvents, or a bare array) into raw columns."""
-    stripped = data[:64].lstrip()
+    stripped = bytes(data[:64]).lstrip()
     if not stripped:
         if not bytes(data).strip():
             raise TraceFormatError(f"{where}: empty file", hint="expected Chrome trace JSON")
         stripped = bytes(data).lstrip()
     top: dict[str, Any] = {}
-    if stripped[:1] == b"{":
-        try:
-            parts = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-        except msgspec.DecodeError as exc:
-            raise _json_error(where, data, exc) from None
-        if "traceEvents" not in parts:
+    try:
+        if stripped[:1] == b"{":
+            items = msgspec.json.decode(data, type=_Top).traceEvents
+            if items is None:
+                raise TraceFormatError(
+                    f"{where}: not a trace: JSON object has no 'traceEvents' key",
+                    hint="expected a Chrome/Kineto trace object or a bare array of events",
+                )
+            top = _other_keys(data, items, where)
+        elif stripped[:1] == b"[":
+            items = msgspec.json.decode(data, type=list[msgspec.Raw])
+        else:
             raise TraceFormatError(
-                f"{where}: not a trace: JSON object has no 'traceEvents' key",
-                hint="expected a Chrome/Kineto trace object or a bare array of events",
+                f"{where}: not a trace: expected a JSON object or array, found {stripped[:12]!r}",
+                hint="expected Chrome trace JSON (.json or .json.gz)",
             )
-        events_raw = parts.pop("traceEvents")
-        for key, raw in parts.items():
-            top[key] = _loads(raw, where)
-    elif stripped[:1] == b"[":
-        events_raw = data
-    else:
-        raise TraceFormatError(
-            f"{where}: not a trace: expected a JSON object or array, found {bytes(stripped[:12])!r}",
-            hint="expected Chrome trace JSON (.json or .json.gz)",
-        )
+    except msgspec.ValidationError:
+        raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
+    except msgspec.DecodeError as exc:
+        raise _json_error(where, bytes(data), exc) from None
     pieces: list[RawEvents] = []
     extra_keys: tuple[str, ...] = _COMMON_EXTRA
     base = 0
-    for blob, count in _batches(events_raw, where):
+    for blob, count in _batches(data, items):
         try:
             events, skipped, extra_keys = _decode_events(blob, where, lenient, extra_keys)
             del blob
@@ -143,29 +167,66 @@ def decode(data: bytes, *, where: str, lenient: bool = False) -> RawEvents:
             raise _shifted(exc, base) from None
         piece.skipped += skipped
         pieces.append(piece)
-        base += count if count is not None else len(events)
+        base += count
         del events
         # Return the batch's scratch memory now: the allocator would otherwise keep it.
         pa.default_memory_pool().release_unused()
-    raw = RawEvents.concat(pieces)
+    raw = RawEvents.concat(pieces) if pieces else _columns([], where, lenient)
     raw.top = top
     return raw
 
 
-def _batches(events_raw: Any, where: str):
-    """JSON arrays of at most CHUNK_EVENTS events each, with their event counts."""
-    if len(events_raw) <= _CHUNK_BYTES:
-        yield events_raw, None
+def _other_keys(data: Any, items: list[msgspec.Raw], where: str) -> dict[str, Any]:
+    """The top-level keys besides traceEvents, decoded from the text with the events cut out."""
+    span = _span(data, items) if items else None
+    if span is None:
+        doc = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+        return {k: _loads(v, where) for k, v in doc.items() if k != "traceEvents"}
+    start, end = span
+    doc = msgspec.json.decode(bytes(data[:start]) + bytes(data[end:]))
+    doc.pop("traceEvents", None)
+    return doc
+
+
+def _span(data: Any, items: list[msgspec.Raw]) -> tuple[int, int] | None:
+    """Byte offsets in `data` from the first item's start to the last item's end, if they are
+    views into it (msgspec's Raw values are)."""
+    base = _address(data)
+    start = _address(items[0]) - base
+    end = _address(items[-1]) - base + len(items[-1])
+    return (start, end) if 0 < start < end < len(data) else None
+
+
+def _batches(data: Any, items: list[msgspec.Raw]):
+    """JSON arrays of at most CHUNK_EVENTS events each, with their event counts.
+
+    When the input is a writable buffer the batches are zero-copy views of it: the separator
+    just before a batch's first event becomes '[' and the one after its last event ']', and
+    both bytes are put back once the batch is decoded.
+    """
+    ranges = [(i, min(i + CHUNK_EVENTS, len(items))) for i in range(0, len(items), CHUNK_EVENTS)]
+    spans = [_span(data, items[a:b]) for a, b in ranges] if isinstance(data, bytearray) else []
+    if not spans or None in spans:
+        for a, b in ranges:
+            yield b"[" + b",".join(items[a:b]) + b"]", b - a
         return
+    del items
+    view = memoryview(data)
     try:
-        items = msgspec.json.decode(events_raw, type=list[msgspec.Raw])
-    except msgspec.ValidationError:
-        raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
-    except msgspec.DecodeError as exc:
-        raise _json_error(where, bytes(events_raw), exc) from None
-    for i in range(0, len(items), CHUNK_EVENTS):
-        part = items[i:i + CHUNK_EVENTS]
-        yield b"[" + b",".join(part) + b"]", len(part)
+        for (start, end), (a, b) in zip(spans, ranges):
+            saved = data[start - 1], data[end]
+            data[start - 1], data[end] = 0x5B, 0x5D  # '[' and ']'
+            try:
+                yield view[start - 1:end + 1], b - a
+            finally:
+                data[start - 1], data[end] = saved
+    finally:
+        view.release()
+
+
+def _address(buf: Any) -> int:
+    """Memory address of a buffer's first byte (Raw values are views into the input)."""
+    return np.frombuffer(buf, dtype=np.uint8).ctypes.data
 
 
 def _shifted(exc: TraceFormatError, base: int) -> TraceFormatError:
@@ -346,6 +407,10 @@ def synthetic_id(text: str) -> int:
 
 def _ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dict[int, str]]:
     """Integer pids/tids as int64; strings get a synthetic id and are remembered for `extra`."""
+    try:
+        return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), {}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass  # strings ("Spans") or out-of-range ints: the slow path tells which
     strings: dict[int, str] = {i: v for i, v in enumerate(values) if v.__class__ is str}
     if strings:
         values = list(values)
@@ -365,7 +430,7 @@ def _raw_strings(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
     Built straight from the concatenated bytes and their offsets: no per-value Python objects.
     """
     unset = msgspec.UNSET
-    vals = [r if r is not unset else b"" for r in raws]
+    vals = [r if r is not unset else b"" for r in raws] if unset in raws else raws
     lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
     offsets = np.zeros(len(vals) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
@@ -502,7 +567,9 @@ def _extras(events: list[Any], keys: list[str], pid_str: dict[int, str], tid_str
     parts: list[pa.Array] = []
     for key in keys:
         vals = list(map(attrgetter(key), events))
-        rows = [i for i, v in enumerate(vals) if v is not unset]
+        if vals.count(unset) == len(vals):
+            continue
+        rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(unset)), dtype=bool, count=len(vals))).tolist()
         if rows:
             parts.append(_keyed(key, [vals[i] for i in rows], rows, n))
     for key, strs in (("pid", pid_str), ("tid", tid_str)):

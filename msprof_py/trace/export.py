@@ -9,7 +9,6 @@ export -> import gives back the identical table.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +16,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from msprof_py.trace import gz
 from msprof_py.trace.chrome import format_us
 from msprof_py.trace.importers import EXPORT_KEY
 from msprof_py.trace.atomic import atomic_file, parent_dir
@@ -108,7 +108,7 @@ def export_chrome(trace: Trace, path: str | Path, progress: Progress | None = No
     parent_dir(path)
     data = to_chrome_bytes(trace, progress)
     if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6, mtime=0)
+        data = gz.compress(data)
     with atomic_file(path) as tmp:
         tmp.write_bytes(data)
     return path

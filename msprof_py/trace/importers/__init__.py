@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import os
-import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from msprof_py.errors import MsprofError, TraceFormatError
-from msprof_py.trace import chrome
+from msprof_py.trace import chrome, gz
 from msprof_py.trace.importers import ascend, common, kineto
 from msprof_py.trace.schema import COLUMN_NAMES, KINDS, TYPED_COLUMNS, Trace, TraceMeta, build_table
 
@@ -41,9 +39,12 @@ def read_bytes(path: str | Path, progress: Progress | None = None) -> bytes | by
             head = fh.read(2)
             if head != b"\x1f\x8b":
                 fh.seek(0)
-                return fh.read()
+                buf = bytearray(size)  # writable: the decoder batches in place
+                n = fh.readinto(buf)
+                del buf[n:]
+                return buf
             return _gunzip(fh, size, progress)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+    except gz.CORRUPT_ERRORS as exc:
         raise TraceFormatError(f"{path}: corrupt gzip stream ({exc})", hint="re-copy the file or pass the uncompressed JSON") from None
     except PermissionError:
         raise MsprofError(f"{path}: permission denied") from None
@@ -60,13 +61,13 @@ def _gunzip(fh, size: int, progress: Progress | None) -> bytearray:
     buf = bytearray(expected + 1)
     view = memoryview(buf)
     filled = 0
-    with gzip.GzipFile(fileobj=fh) as gz:
+    with gz.GzipFile(fileobj=fh) as stream:
         while True:
             if filled == len(buf):  # larger than ISIZE said (>4 GiB or multi-member): grow
                 view.release()
                 buf.extend(bytes(len(buf)))
                 view = memoryview(buf)
-            n = gz.readinto(view[filled:filled + (1 << 22)])
+            n = stream.readinto(view[filled:filled + (1 << 20)])
             if not n:
                 break
             filled += n
@@ -82,20 +83,23 @@ def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress 
     data = read_bytes(path, progress)
     if progress:
         progress("parse", 0, 1)
-    trace = import_bytes(data, where=str(path), lenient=lenient)
+    # Decoded here rather than via import_bytes so that the JSON text is freed before the
+    # typed columns and the sorted table are built (a caller's reference would pin it).
+    with _gc_paused():
+        raw = chrome.decode(data, where=str(path), lenient=lenient)
+        del data
+        trace = from_raw(raw, where=str(path))
     if progress:
         progress("parse", 1, 1)
     return trace
 
 
-def import_bytes(data: bytes, *, where: str = "trace", lenient: bool = False) -> Trace:
+def import_bytes(data: bytes | bytearray, *, where: str = "trace", lenient: bool = False) -> Trace:
     """Import trace JSON already in memory (uncompressed)."""
     # The decode creates ~10 objects per event and none of them form cycles: collector passes
-    # over them would cost a third of the import time for nothing.
+    # over them would cost time for nothing.
     with _gc_paused():
-        raw = chrome.decode(data, where=where, lenient=lenient)
-        del data
-        return from_raw(raw, where=where)
+        return from_raw(chrome.decode(data, where=where, lenient=lenient), where=where)
 
 
 @contextlib.contextmanager

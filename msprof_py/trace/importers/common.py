@@ -87,15 +87,13 @@ def matches(values: pa.Array, pattern: str, ignore_case: bool = True) -> np.ndar
 
 def decode_args(raw: RawEvents, idx: np.ndarray, struct: type) -> list[Any]:
     """Decode the `args` of the rows `idx` into `struct` in one msgspec pass."""
-    texts = [t or "{}" for t in raw.args_of(idx)]
-    if not texts:
+    if not len(idx):
         return []
-    blob = ("[" + ",".join(texts) + "]").encode()
     try:
-        return msgspec.json.decode(blob, type=list[struct])
+        return msgspec.json.decode(raw.args_array_json(idx), type=list[struct])
     except msgspec.ValidationError:
         # One odd row (e.g. a string where a number is usual) must not sink the import.
-        return decode_args_texts(texts, struct)
+        return decode_args_texts([t or "{}" for t in raw.args_of(idx)], struct)
 
 
 def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str, pa.Array]:
@@ -108,15 +106,14 @@ def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str,
         return {k: pa.array([], type=pa.int64()) for k in keys}
     fields = [(f"f{i}", int | None, msgspec.field(default=None, name=key)) for i, key in enumerate(keys.values())]
     strict = msgspec.defstruct("IntArgs", fields, gc=False)
-    texts = [t or "{}" for t in raw.args_of(idx)]
-    blob = ("[" + ",".join(texts) + "]").encode()
+    blob = raw.args_array_json(idx)
     try:
         rows = msgspec.json.decode(blob, type=list[strict])
         return {out: pa.array(list(map(attrgetter(f"f{i}"), rows)), type=pa.int64())
                 for i, out in enumerate(keys)}
     except (msgspec.ValidationError, OverflowError):
         loose = msgspec.defstruct("AnyArgs", [(f, Any, d) for f, _t, d in fields], gc=False)
-        rows = decode_args_texts(texts, loose)
+        rows = decode_args_texts([t or "{}" for t in raw.args_of(idx)], loose)
         return {out: pa.array([to_int(getattr(r, f"f{i}")) for r in rows], type=pa.int64())
                 for i, out in enumerate(keys)}
 
