@@ -101,16 +101,18 @@ class RawEvents:
     def args_array_json(self, idx: np.ndarray | list[int]) -> bytes:
         """The `args` of rows `idx` as one JSON array text (`{}` for rows without args), built
         in Arrow without a Python string per row: msgspec then decodes all of them at once."""
+        idx = np.asarray(idx, dtype=np.int64)
         if not len(idx):
             return b"[]"
-        taken = self.take("args", idx)
-        if isinstance(taken, pa.ChunkedArray):
-            taken = taken.combine_chunks()
-        with_sep = pc.binary_join_element_wise(taken.fill_null("{}"), pa.scalar(","), "").cast(pa.large_binary())
-        offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64)
-        first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
-        body = with_sep.buffers()[2].to_pybytes()[first:last - 1]
-        return b"[" + body + b"]"
+        chunks = self.args.chunks if isinstance(self.args, pa.ChunkedArray) else [self.args]
+        bounds = np.cumsum([0] + [len(c) for c in chunks])
+        parts = []
+        # Per chunk, so the verbatim args never need one contiguous copy.
+        for c, lo, hi in zip(chunks, bounds[:-1], bounds[1:]):
+            sel = idx[(idx >= lo) & (idx < hi)] - lo
+            if len(sel):
+                parts.append(_joined(c.take(pa.array(sel)).fill_null("{}")))
+        return b"[" + b",".join(parts) + b"]"
 
     def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
@@ -158,7 +160,9 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> Raw
     pieces: list[RawEvents] = []
     extra_keys: tuple[str, ...] = _COMMON_EXTRA
     base = 0
-    for blob, count in _batches(data, items):
+    batches = _batches(data, items)
+    del items  # the batch generator owns the event list now and drops it once split
+    for blob, count in batches:
         try:
             events, skipped, extra_keys = _decode_events(blob, where, lenient, extra_keys)
             del blob
@@ -169,8 +173,6 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> Raw
         pieces.append(piece)
         base += count
         del events
-        # Return the batch's scratch memory now: the allocator would otherwise keep it.
-        pa.default_memory_pool().release_unused()
     raw = RawEvents.concat(pieces) if pieces else _columns([], where, lenient)
     raw.top = top
     return raw
@@ -222,6 +224,14 @@ def _batches(data: Any, items: list[msgspec.Raw]):
                 data[start - 1], data[end] = saved
     finally:
         view.release()
+
+
+def _joined(texts: pa.Array) -> bytes:
+    """Non-null strings joined with ',' into one bytes object, via Arrow buffers."""
+    with_sep = pc.binary_join_element_wise(texts, pa.scalar(","), "").cast(pa.large_binary())
+    offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64)
+    first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
+    return with_sep.buffers()[2].to_pybytes()[first:last - 1]
 
 
 def _address(buf: Any) -> int:
@@ -453,41 +463,44 @@ def _times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.n
         return us_np * 1000, present
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
-    texts: list[str | None] = list(values)
-    for i, v in enumerate(values):
-        c = v.__class__
-        if c is str or v is None:
-            continue
-        if c is int:
-            texts[i] = str(v)
-        else:
-            raise TraceFormatError(f"{where}: event {i}: '{key}' must be a number, got {_kind_of(v)}")
-    arr = pa.array(texts, type=pa.string())
+    try:
+        arr = pa.array(values, type=pa.string())  # all float literals / numeric strings
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        texts: list[str | None] = list(values)
+        for i, v in enumerate(values):
+            c = v.__class__
+            if c is str or v is None:
+                continue
+            if c is int:
+                texts[i] = str(v)
+            else:
+                raise TraceFormatError(f"{where}: event {i}: '{key}' must be a number, got {_kind_of(v)}")
+        arr = pa.array(texts, type=pa.string())
     present = arr.is_valid().to_numpy(zero_copy_only=False)
     ns = _decimal_text_to_ns(arr.fill_null("0"), key, where)
     ns[~present] = 0
     return ns, present
 
 
-_SIMPLE_DECIMAL = r"^\s*-?\d{1,16}(\.\d{0,3})?\s*$"
-
-
 def _decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
     """Decimal microsecond text -> int64 ns, exact; more than 3 decimals round half-to-even."""
-    if pc.all(pc.match_substring_regex(text, _SIMPLE_DECIMAL)).as_py():
-        # Common case: plain decimals with at most 3 fraction digits; split, no decimal maths.
-        stripped = pc.utf8_trim_whitespace(text)
-        dotted = pc.if_else(pc.match_substring(stripped, "."), stripped,
-                            pc.binary_join_element_wise(stripped, pa.scalar(".0"), ""))
-        parts = pc.split_pattern(dotted, ".", max_splits=1)
-        whole = pc.list_element(parts, 0).cast(pa.int64()).to_numpy()
-        frac = pc.utf8_rpad(pc.list_element(parts, 1), 3, "0").cast(pa.int64()).to_numpy()
-        neg = pc.starts_with(stripped, "-").to_numpy(zero_copy_only=False)
-        big = np.abs(whole) >= 2**63 // 1000 - 1
-        if big.any():
-            i = int(np.flatnonzero(big)[0])
-            raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
-        return whole * 1000 + np.where(neg, -frac, frac)
+    # Common case, plain decimals with at most 3 fraction digits: drop the point, read the
+    # digits as an integer and scale by the number of fraction digits. No decimal maths.
+    point = pc.find_substring(text, ".").to_numpy()
+    length = pc.utf8_length(text).to_numpy()
+    frac_digits = np.where(point < 0, 0, length - point - 1).astype(np.int64)
+    if (frac_digits <= 3).all():
+        try:
+            digits = pc.replace_substring(text, ".", "", max_replacements=1).cast(pa.int64()).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            digits = None  # exponents, spaces, junk: the decimal path sorts them out
+        if digits is not None:
+            scale = 10 ** (3 - frac_digits)
+            big = np.abs(digits) > (2**63 - 1) // scale
+            if big.any():
+                i = int(np.flatnonzero(big)[0])
+                raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+            return digits * scale
     text = pc.utf8_trim_whitespace(text)
     text = pc.if_else(pc.ends_with(text, "."), pc.binary_join_element_wise(text, pa.scalar("0"), ""), text)
     try:

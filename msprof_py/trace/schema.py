@@ -140,9 +140,9 @@ def build_table(columns: dict[str, Any], meta: TraceMeta, *, sort: bool = True) 
     for name, typ, _nullable in COLUMNS:
         arr = _to_arrow(columns.pop(name), typ, name)
         if order is not None:
-            arr = arr.take(order)
+            arr = arr.take(order)  # on dictionary columns this moves indices, not strings
         if pa.types.is_dictionary(typ):
-            arr = arr.cast(pa.string()).dictionary_encode().cast(typ)
+            arr = canonical_dictionary(arr)
         arrays.append(arr)
     table = pa.Table.from_arrays(arrays, schema=arrow_schema(meta))
     return Trace(table=table, meta=meta)
@@ -171,14 +171,41 @@ def _to_arrow(values: Any, typ: pa.DataType, name: str) -> pa.Array:
 
 
 def canonical_dictionaries(table: pa.Table) -> pa.Table:
-    """Re-encode dictionary columns in first-use order, one chunk, so equal tables compare equal."""
+    """Dictionary columns in canonical form (see canonical_dictionary), one chunk each."""
     cols = []
     for i, (_name, typ, _n) in enumerate(COLUMNS):
         col = table.column(i)
         if pa.types.is_dictionary(typ):
-            col = pa.chunked_array([col.combine_chunks().cast(pa.string()).dictionary_encode().cast(typ)])
+            col = pa.chunked_array([canonical_dictionary(col.combine_chunks()
+                                                         if col.num_chunks != 1 else col.chunk(0))])
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=table.schema)
+
+
+def canonical_dictionary(arr: pa.Array) -> pa.DictionaryArray:
+    """The dictionary holds exactly the values used, in order of first use, so two equal
+    columns compare equal whatever dictionary they were built or read with."""
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string()).dictionary_encode()
+    idx = arr.indices.fill_null(-1).to_numpy().astype(np.int64)
+    valid = idx >= 0
+    used = idx[valid]
+    k = len(arr.dictionary)
+    if not len(used):
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(idx), np.int32), mask=~valid),
+                                              pa.array([], pa.string()))
+    # O(n): the first position of each dictionary entry (reverse assignment keeps the first).
+    first = np.full(k, len(used), dtype=np.int64)
+    first[used[::-1]] = np.arange(len(used) - 1, -1, -1)
+    present = first < len(used)
+    order = np.flatnonzero(present)[np.argsort(first[present], kind="stable")]
+    if len(order) == k and np.array_equal(order, np.arange(k)) and arr.dictionary.type == pa.string():
+        return arr.cast(pa.dictionary(pa.int32(), pa.string()))  # already canonical
+    remap = np.zeros(k, dtype=np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    new_idx = pa.array(remap[np.where(valid, idx, 0)], mask=~valid, type=pa.int32())
+    dictionary = arr.dictionary.take(pa.array(order, type=pa.int64())).cast(pa.string())
+    return pa.DictionaryArray.from_arrays(new_idx, dictionary)
 
 
 def validate(table: pa.Table, *, where: str = "trace") -> None:

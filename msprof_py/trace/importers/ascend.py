@@ -15,7 +15,7 @@ import numpy as np
 
 from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
-from msprof_py.trace.importers.common import Typed, mask_of, matches, to_int
+from msprof_py.trace.importers.common import Typed, contains, mask_of, matches, to_int
 
 FORMAT = "ascend"
 
@@ -59,8 +59,8 @@ def derive(raw: RawEvents) -> Typed:
     cann_x = np.flatnonzero(is_x & cann)
     cann_names = raw.take("name", cann_x)
     t.kind[cann_x[matches(cann_names, r"launch|aclopCompile|ExecuteAsync|aclnn.*Launch")]] = "launch"
-    t.kind[cann_x[matches(cann_names, r"Synchronize")]] = "sync"
-    t.kind[cann_x[matches(cann_names, r"StreamWaitEvent")]] = "wait"
+    t.kind[cann_x[contains(cann_names, "Synchronize")]] = "sync"
+    t.kind[cann_x[contains(cann_names, "StreamWaitEvent")]] = "wait"
 
     # Device side: hardware tasks and communication.
     hw = np.flatnonzero(is_x & (pid_kind == "hw"))

@@ -80,6 +80,11 @@ def mask_of(values: pa.Array, allowed: tuple[str, ...]) -> np.ndarray:
     return pc.is_in(values, value_set=pa.array(allowed)).to_numpy(zero_copy_only=False)
 
 
+def contains(values: pa.Array, literal: str) -> np.ndarray:
+    """Rows whose text contains `literal` (plain substring: much cheaper than a regex)."""
+    return pc.match_substring(values, literal).fill_null(False).to_numpy(zero_copy_only=False)
+
+
 def matches(values: pa.Array, pattern: str, ignore_case: bool = True) -> np.ndarray:
     m = pc.match_substring_regex(values, pattern, ignore_case=ignore_case)
     return m.fill_null(False).to_numpy(zero_copy_only=False)
@@ -212,8 +217,9 @@ def memory_events(raw: RawEvents, typed: Typed, ph: pa.Array, name: pa.Array) ->
 def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device: np.ndarray) -> None:
     """Mark `ProfilerStep#N` slices as steps; give host rows the step they fall in, device rows
     the step of the launch that created them (time containment when no launch is known)."""
-    step_rows = np.flatnonzero(matches(name, r"^ProfilerStep#\d+$", ignore_case=False)
-                               & mask_of(raw.ph, ("X",)))
+    maybe = np.flatnonzero(pc.starts_with(name, "ProfilerStep#").fill_null(False).to_numpy(zero_copy_only=False)
+                           & mask_of(raw.ph, ("X",)))
+    step_rows = maybe[matches(raw.take("name", maybe), r"^ProfilerStep#\d+$", ignore_case=False)]
     if not len(step_rows):
         return
     numbers = np.array([int(_STEP_NAME.match(s).group(1)) for s in raw.take("name", step_rows).to_pylist()])

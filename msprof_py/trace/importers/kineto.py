@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
-from msprof_py.trace.importers.common import Typed, mask_of, matches, to_int
+from msprof_py.trace.importers.common import Typed, contains, mask_of, matches, to_int
 
 FORMAT = "kineto"
 
@@ -72,8 +72,8 @@ def derive(raw: RawEvents) -> Typed:
     rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
                        .to_numpy(zero_copy_only=False), "launch", "api").astype(object)
     rt_names = raw.take("name", rt)
-    rt_kind[matches(rt_names, r"Synchronize")] = "sync"
-    rt_kind[matches(rt_names, r"StreamWaitEvent")] = "wait"
+    rt_kind[contains(rt_names, "Synchronize")] = "sync"
+    rt_kind[contains(rt_names, "StreamWaitEvent")] = "wait"
     t.kind[rt] = rt_kind
 
     flows = np.flatnonzero(t.kind == "flow")
