@@ -85,10 +85,32 @@ class RawEvents:
         out.update({k: np.concatenate([getattr(p, k) for p in pieces]) for k in numpy})
         return cls(**out, skipped=sum(p.skipped for p in pieces))
 
+    def is_in(self, column: str, allowed: tuple[str, ...]) -> np.ndarray:
+        """Boolean mask of rows whose `column` (ph, name, cat) is one of `allowed`.
+
+        Each column is dictionary-encoded once and cached: masks are then numpy lookups on
+        small integer codes instead of string comparisons over every row.
+        """
+        codes, values = self._codes(column)
+        hit = np.array([v in allowed for v in values] + [False], dtype=bool)
+        return hit[codes]
+
+    def _codes(self, column: str) -> tuple[np.ndarray, list[Any]]:
+        cache = self.__dict__.setdefault("_code_cache", {})
+        if column not in cache:
+            enc = pc.dictionary_encode(getattr(self, column))
+            if isinstance(enc, pa.ChunkedArray):
+                enc = enc.unify_dictionaries().combine_chunks()
+            values = enc.dictionary.to_pylist()
+            # Nulls point past the dictionary, at the trailing False of every mask.
+            cache[column] = (enc.indices.fill_null(len(values)).to_numpy().astype(np.int64), values)
+        return cache[column]
+
     def release(self) -> None:
         """Drop the columns (the table now owns them), so their memory can go early."""
         for k in ("ph", "name", "cat", "dur_ns", "id", "args", "extra", "pid", "tid", "ts_ns", "has_ts"):
             setattr(self, k, None)
+        self.__dict__.pop("_code_cache", None)
 
     def take(self, column: str, idx: np.ndarray | list[int]) -> pa.Array:
         """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
-from msprof_py.trace.importers.common import Typed, contains, mask_of, matches, to_int
+from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
 
 FORMAT = "ascend"
 
@@ -48,7 +48,7 @@ def derive(raw: RawEvents) -> Typed:
     t = Typed(raw)
     ph, name, cat = common.base_kinds(raw, t)
     procs = common.process_names(raw)
-    is_x = mask_of(ph, ("X",))
+    is_x = raw.is_in("ph", ("X",))
     pid_kind = np.array([_track_of(procs.get(int(p), "")) for p in raw.pid.tolist()], dtype=object) \
         if len(raw) else np.array([], dtype=object)
 
@@ -74,14 +74,14 @@ def derive(raw: RawEvents) -> Typed:
     t.set("bytes", dev_rows, np.array([to_int(a.size) if a.size is not None else to_int(a.data_size)
                                        for a in targs], dtype=object))
     task_text = common.strings([f"{nm} {a.task_type or ''}" for a, nm in zip(targs, raw.take("name", dev_rows).to_pylist())])
-    kinds = np.full(len(dev_rows), "kernel", dtype=object)
-    kinds[matches(task_text, _MEMCPY_TASK, ignore_case=False)] = "memcpy"
-    kinds[matches(task_text, _MEMSET_TASK, ignore_case=False)] = "memset"
-    kinds[matches(task_text, _WAIT_TASK)] = "wait"
+    kinds = kind_codes(len(dev_rows), "kernel")
+    kinds[matches(task_text, _MEMCPY_TASK, ignore_case=False)] = CODE["memcpy"]
+    kinds[matches(task_text, _MEMSET_TASK, ignore_case=False)] = CODE["memset"]
+    kinds[matches(task_text, _WAIT_TASK)] = CODE["wait"]
     is_comm = np.zeros(len(dev_rows), dtype=bool)
     is_comm[len(hw):] = True
     coll = matches(task_text, _COLLECTIVE)
-    kinds[(is_comm | coll) & ~np.isin(kinds, ("wait", "memcpy"))] = "collective"
+    kinds[(is_comm | coll) & ~np.isin(kinds, (CODE["wait"], CODE["memcpy"]))] = CODE["collective"]
     t.kind[dev_rows] = kinds
 
     # Flows: HostToDevice (CANN launch -> task) and async_npu (torch op -> task) carry the link.

@@ -12,9 +12,44 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msprof_py.trace.chrome import RawEvents
+from msprof_py.trace.schema import KINDS
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+#: Kind name -> small integer code; importers work on codes, the table stores names.
+CODE = {k: i for i, k in enumerate(KINDS)}
+
+
+class KindColumn:
+    """The `kind` of every row as int8 codes: comparisons and assignments stay numeric."""
+
+    def __init__(self, n: int) -> None:
+        self.codes = np.full(n, CODE["marker"], dtype=np.int8)
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        if isinstance(value, str):
+            self.codes[idx] = CODE[value]
+        else:
+            self.codes[idx] = np.asarray(value, dtype=np.int8)
+
+    def __eq__(self, name: object) -> np.ndarray:  # type: ignore[override]
+        return self.codes == CODE[name]  # type: ignore[index]
+
+    def __ne__(self, name: object) -> np.ndarray:  # type: ignore[override]
+        return self.codes != CODE[name]  # type: ignore[index]
+
+    def isin(self, names: tuple[str, ...]) -> np.ndarray:
+        return np.isin(self.codes, [CODE[n] for n in names])
+
+    def to_arrow(self) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(self.codes.astype(np.int32)), pa.array(KINDS))
+
+
+def kind_codes(n: int, default: str) -> np.ndarray:
+    """A code array for a subset of rows, to fill and then assign to `Typed.kind`."""
+    return np.full(n, CODE[default], dtype=np.int8)
 
 
 class Typed:
@@ -23,7 +58,7 @@ class Typed:
     def __init__(self, raw: RawEvents) -> None:
         n = len(raw)
         self.n = n
-        self.kind = np.full(n, "marker", dtype=object)
+        self.kind = KindColumn(n)
         self.rank = np.zeros(n, dtype=np.int32)
         self._ints: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for col, dt in (("device", np.int32), ("stream", np.int32), ("corr", np.int64),
@@ -65,7 +100,7 @@ class Typed:
         return self._ints[col]
 
     def columns(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": pa.array(self.kind.tolist(), type=pa.string()), "rank": self.rank}
+        out: dict[str, Any] = {"kind": self.kind.to_arrow(), "rank": self.rank}
         for col, (data, valid) in self._ints.items():
             out[col] = pa.array(data, mask=~valid)
         out["value"] = pa.array(self.value, mask=~self.value_set)
@@ -164,10 +199,10 @@ def flow_ids_as_int(raw: RawEvents, idx: np.ndarray) -> np.ndarray:
 def base_kinds(raw: RawEvents, typed: Typed) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Kinds every Chrome trace has: meta, flow, counter, marker; returns (ph, name, cat) arrays."""
     ph, name, cat = raw.ph, raw.name, raw.cat
-    typed.kind[mask_of(ph, ("M",))] = "meta"
-    flows = mask_of(ph, ("s", "t", "f"))
+    typed.kind[raw.is_in("ph", ("M",))] = "meta"
+    flows = raw.is_in("ph", ("s", "t", "f"))
     typed.kind[flows] = "flow"
-    counters = np.flatnonzero(mask_of(ph, ("C",)))
+    counters = np.flatnonzero(raw.is_in("ph", ("C",)))
     typed.kind[counters] = "counter"
     if len(counters):
         typed.set("value", counters, [_first_number(a) for a in raw.args_of(counters)])
@@ -198,13 +233,14 @@ class _MemArgs(msgspec.Struct):
 
 def memory_events(raw: RawEvents, typed: Typed, ph: pa.Array, name: pa.Array) -> None:
     """PyTorch-style `[memory]` instants: alloc (Bytes > 0) / free (Bytes < 0) with addr and size."""
-    idx = np.flatnonzero(mask_of(ph, ("i", "I")) & mask_of(name, ("[memory]",)))
+    instants = np.flatnonzero(raw.is_in("ph", ("i", "I")))
+    idx = instants[mask_of(raw.take("name", instants), ("[memory]",))]
     if not len(idx):
         return
     args = decode_args(raw, idx, _MemArgs)
     size = np.array([to_int(a.Bytes) for a in args], dtype=object)
     signed = np.array([s if s is not None else 0 for s in size], dtype=np.int64)
-    typed.kind[idx] = np.where(signed < 0, "free", "alloc")
+    typed.kind[idx] = np.where(signed < 0, CODE["free"], CODE["alloc"])
     typed.set("bytes", idx, np.array([abs(s) if s is not None else None for s in size], dtype=object))
     typed.set("addr", idx, np.array([to_int(a.Addr) for a in args], dtype=object))
     typed.set("value", idx, np.array([a.TotalAllocated if isinstance(a.TotalAllocated, (int, float)) else np.nan
@@ -218,7 +254,7 @@ def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device
     """Mark `ProfilerStep#N` slices as steps; give host rows the step they fall in, device rows
     the step of the launch that created them (time containment when no launch is known)."""
     maybe = np.flatnonzero(pc.starts_with(name, "ProfilerStep#").fill_null(False).to_numpy(zero_copy_only=False)
-                           & mask_of(raw.ph, ("X",)))
+                           & raw.is_in("ph", ("X",)))
     step_rows = maybe[matches(raw.take("name", maybe), r"^ProfilerStep#\d+$", ignore_case=False)]
     if not len(step_rows):
         return
@@ -273,7 +309,8 @@ def process_names(raw: RawEvents) -> dict[int, str]:
 
 def metadata_rows(raw: RawEvents, names: tuple[str, ...]) -> np.ndarray:
     """Rows of M events with one of `names` (process_name, thread_name, ...)."""
-    return np.flatnonzero(mask_of(raw.ph, ("M",)) & mask_of(raw.name, names))
+    meta = np.flatnonzero(raw.is_in("ph", ("M",)))
+    return meta[mask_of(raw.take("name", meta), names)]
 
 
 def enclosing_slices(raw: RawEvents, points: np.ndarray, candidates: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
-from msprof_py.trace.importers.common import Typed, contains, mask_of, matches, to_int
+from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
 
 FORMAT = "kineto"
 
@@ -42,9 +42,9 @@ def derive(raw: RawEvents) -> Typed:
     ph, name, cat = common.base_kinds(raw, t)
     rank, _world = rank_of(raw.top)
     t.rank[:] = rank
-    is_x = mask_of(ph, ("X",))
+    is_x = raw.is_in("ph", ("X",))
 
-    dev = np.flatnonzero(is_x & mask_of(cat, _DEVICE_CATS))
+    dev = np.flatnonzero(is_x & raw.is_in("cat", _DEVICE_CATS))
     dargs = common.int_args(raw, dev, {"device": "device", "stream": "stream", "corr": "correlation", "bytes": "bytes"})
     # Kineto puts the device in pid and the stream in tid too; args win when present.
     t.set("device", dev, pc.coalesce(dargs["device"], pa.array(raw.pid[dev])))
@@ -52,28 +52,28 @@ def derive(raw: RawEvents) -> Typed:
     t.set("corr", dev, dargs["corr"])
     t.set("bytes", dev, dargs["bytes"])
     cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
-    kinds = np.full(len(dev), "marker", dtype=object)
-    kinds[cat_dev == "kernel"] = "kernel"
-    kinds[cat_dev == "gpu_memcpy"] = "memcpy"
-    kinds[cat_dev == "gpu_memset"] = "memset"
-    kinds[cat_dev == "cuda_sync"] = "sync"
+    kinds = kind_codes(len(dev), "marker")
+    kinds[cat_dev == "kernel"] = CODE["kernel"]
+    kinds[cat_dev == "gpu_memcpy"] = CODE["memcpy"]
+    kinds[cat_dev == "gpu_memset"] = CODE["memset"]
+    kinds[cat_dev == "cuda_sync"] = CODE["sync"]
     names_dev = raw.take("name", dev)
-    kinds[(cat_dev == "cuda_sync") & mask_of(names_dev, ("Event Sync",))] = "wait"
+    kinds[(cat_dev == "cuda_sync") & mask_of(names_dev, ("Event Sync",))] = CODE["wait"]
     t.kind[dev] = kinds
     coll = dev[(cat_dev == "kernel") & matches(names_dev, _COLLECTIVE)]
     t.kind[coll] = "collective"
 
-    rt = np.flatnonzero(is_x & mask_of(cat, _RUNTIME_CATS))
+    rt = np.flatnonzero(is_x & raw.is_in("cat", _RUNTIME_CATS))
     rt_corr_arr = common.int_args(raw, rt, {"corr": "correlation"})["corr"]
     t.set("corr", rt, rt_corr_arr)
-    host_api = np.flatnonzero(is_x & mask_of(cat, _HOST_API_CATS))
+    host_api = np.flatnonzero(is_x & raw.is_in("cat", _HOST_API_CATS))
     t.kind[host_api] = "api"
     launched = _launched_corrs(t)
     rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
-                       .to_numpy(zero_copy_only=False), "launch", "api").astype(object)
+                       .to_numpy(zero_copy_only=False), CODE["launch"], CODE["api"]).astype(np.int8)
     rt_names = raw.take("name", rt)
-    rt_kind[contains(rt_names, "Synchronize")] = "sync"
-    rt_kind[contains(rt_names, "StreamWaitEvent")] = "wait"
+    rt_kind[contains(rt_names, "Synchronize")] = CODE["sync"]
+    rt_kind[contains(rt_names, "StreamWaitEvent")] = CODE["wait"]
     t.kind[rt] = rt_kind
 
     flows = np.flatnonzero(t.kind == "flow")
@@ -91,5 +91,5 @@ def derive(raw: RawEvents) -> Typed:
 
 def _launched_corrs(t: Typed) -> np.ndarray:
     corr, ok = t.get("corr")
-    devk = np.isin(t.kind, ("kernel", "memcpy", "memset", "collective")) & ok
+    devk = t.kind.isin(("kernel", "memcpy", "memset", "collective")) & ok
     return np.unique(corr[devk])
