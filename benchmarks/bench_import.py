@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"[yellow]{f.name}: child ru_maxrss may be the parent's RSS inherited at spawn[/]")
 
     import hta
+
     import msprof_py
     from msprof_py.trace import import_trace
 

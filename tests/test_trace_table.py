@@ -18,7 +18,13 @@ import pyarrow.compute as pc
 import pytest
 
 from msprof_py.trace import (
-    build_table, export_chrome, import_bytes, import_trace, read_trace, to_chrome_bytes, write_trace,
+    build_table,
+    export_chrome,
+    import_bytes,
+    import_trace,
+    read_trace,
+    to_chrome_bytes,
+    write_trace,
 )
 from msprof_py.trace.importers import EXPORT_KEY
 from msprof_py.trace.schema import COLUMN_NAMES

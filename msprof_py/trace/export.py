@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 
 from msprof_py.trace import gz
-from msprof_py.trace.chrome import format_us
-from msprof_py.trace.importers import EXPORT_KEY
 from msprof_py.trace.atomic import atomic_file, parent_dir
+from msprof_py.trace.fields import format_us
+from msprof_py.trace.importers import EXPORT_KEY
 from msprof_py.trace.schema import TYPED_COLUMNS, Trace
 
 _enc = msgspec.json.Encoder()

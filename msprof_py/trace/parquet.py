@@ -14,7 +14,13 @@ import pyarrow.parquet as pq
 from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace.atomic import atomic_file, file_mode, parent_dir
 from msprof_py.trace.schema import (
-    COLUMN_NAMES, META_KEY, Trace, TraceMeta, arrow_schema, canonical_dictionaries, validate,
+    COLUMN_NAMES,
+    META_KEY,
+    Trace,
+    TraceMeta,
+    arrow_schema,
+    canonical_dictionaries,
+    validate,
 )
 
 ROW_GROUP_ROWS = 256 * 1024

@@ -11,13 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-import msgspec
 import numpy as np
-import pyarrow as pa
 
 from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace import chrome, gz
 from msprof_py.trace.importers import ascend, common, kineto
+from msprof_py.trace.raw import RawEvents
 from msprof_py.trace.schema import COLUMN_NAMES, KINDS, TYPED_COLUMNS, Trace, TraceMeta, build_table
 
 #: Top-level key under which an msprof-py export carries its metadata and typed columns.
@@ -113,7 +112,7 @@ def _gc_paused():
             gc.enable()
 
 
-def detect(raw: chrome.RawEvents) -> str:
+def detect(raw: RawEvents) -> str:
     if EXPORT_KEY in raw.top:
         return "msprof-py"
     if ascend.looks_like(raw):
@@ -123,7 +122,7 @@ def detect(raw: chrome.RawEvents) -> str:
     return "chrome"
 
 
-def from_raw(raw: chrome.RawEvents, *, where: str = "trace") -> Trace:
+def from_raw(raw: RawEvents, *, where: str = "trace") -> Trace:
     """Turn decoded raw events into a typed, sorted table."""
     fmt = detect(raw)
     if fmt == "msprof-py":
@@ -147,7 +146,7 @@ def from_raw(raw: chrome.RawEvents, *, where: str = "trace") -> Trace:
     return build_table(cols, meta)
 
 
-def generic_derive(raw: chrome.RawEvents) -> common.Typed:
+def generic_derive(raw: RawEvents) -> common.Typed:
     """Plain Chrome traces: only what the phase says (meta, flow, counter, marker), plus the
     PyTorch-style memory instants and ProfilerStep slices when present."""
     t = common.Typed(raw)
@@ -157,7 +156,7 @@ def generic_derive(raw: chrome.RawEvents) -> common.Typed:
     return t
 
 
-def raw_columns(raw: chrome.RawEvents, origin: int) -> dict[str, Any]:
+def raw_columns(raw: RawEvents, origin: int) -> dict[str, Any]:
     ts = np.where(raw.has_ts, raw.ts_ns - origin, 0)
     return {
         "ph": raw.ph, "name": raw.name, "cat": raw.cat, "ts": ts, "dur": raw.dur_ns,
@@ -165,7 +164,7 @@ def raw_columns(raw: chrome.RawEvents, origin: int) -> dict[str, Any]:
     }
 
 
-def _from_export(raw: chrome.RawEvents, where: str) -> Trace:
+def _from_export(raw: RawEvents, where: str) -> Trace:
     """An msprof-py export: typed columns and metadata come back from its `msprof_py` block."""
     block = raw.top.pop(EXPORT_KEY)
     if not isinstance(block, dict) or not isinstance(block.get("typed"), dict):

@@ -13,9 +13,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
 from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
+from msprof_py.trace.raw import RawEvents
 
 FORMAT = "ascend"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msprof_py.trace.chrome import RawEvents
+from msprof_py.trace.raw import RawEvents
 from msprof_py.trace.schema import KINDS
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msprof_py.trace.chrome import RawEvents
 from msprof_py.trace.importers import common
 from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
+from msprof_py.trace.raw import RawEvents
 
 FORMAT = "kineto"
 

@@ -1,0 +1,246 @@
+"""Column converters for decoded Chrome events: exact numbers, verbatim JSON, extras.
+
+Each takes one field's values for a batch of events (as msgspec gives them: ints, float
+literal text, strings, Raw) and returns an Arrow or numpy column, or raises TraceFormatError
+naming the event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msprof_py.errors import TraceFormatError
+
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+def event_text(v: Any) -> str:
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, msgspec.Raw) else str(v)
+
+
+def bad_utf8_offset(data: bytes) -> int:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return -1
+
+
+def synthetic_id(text: str) -> int:
+    """A stable negative int64 standing in for a string pid/tid such as "Spans"."""
+    h = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "little")
+    return -(h + 1)
+
+
+def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dict[int, str]]:
+    """Integer pids/tids as int64; strings get a synthetic id and are remembered for `extra`."""
+    try:
+        return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), {}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass  # strings ("Spans") or out-of-range ints: the slow path tells which
+    strings: dict[int, str] = {i: v for i, v in enumerate(values) if v.__class__ is str}
+    if strings:
+        values = list(values)
+        for i, v in strings.items():
+            body = v[1:] if v.startswith("-") else v
+            values[i] = int(v) if body.isdigit() and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
+    try:
+        return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), strings
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        i = next(i for i, v in enumerate(values) if v is not None and not -INT64_MAX - 1 <= v <= INT64_MAX)
+        raise TraceFormatError(f"{where}: event {i}: '{key}' {values[i]} is wider than 64 bits") from None
+
+
+def raw_strings(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
+    """Raw JSON values as one Arrow binary array (empty where absent) and the presence mask.
+
+    Built straight from the concatenated bytes and their offsets: no per-value Python objects.
+    """
+    unset = msgspec.UNSET
+    vals = [r if r is not unset else b"" for r in raws] if unset in raws else raws
+    lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
+    offsets = np.zeros(len(vals) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = b"".join(vals)
+    arr = pa.Array.from_buffers(pa.large_binary(), len(vals), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return arr.cast(pa.binary()) if len(data) < 2**31 else arr, lens > 0
+
+
+def times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Microsecond values (ints, float literal text, numeric strings) -> exact int64 ns."""
+    try:
+        # Fast path: all integers (most Kineto traces) or absent.
+        us = pa.array(values, type=pa.int64())
+        present = us.is_valid().to_numpy(zero_copy_only=False)
+        us_np = us.fill_null(0).to_numpy()
+        if np.abs(us_np).max(initial=0) >= 2**63 // 1000:
+            i = int(np.flatnonzero(np.abs(us_np) >= 2**63 // 1000)[0])
+            raise TraceFormatError(f"{where}: event {i}: '{key}' {values[i]} is out of range")
+        return us_np * 1000, present
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    try:
+        arr = pa.array(values, type=pa.string())  # all float literals / numeric strings
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        arr = pa.array(as_text(values, key, "a number", where), type=pa.string())
+    present = arr.is_valid().to_numpy(zero_copy_only=False)
+    ns = decimal_text_to_ns(arr.fill_null("0"), key, where)
+    ns[~present] = 0
+    return ns, present
+
+
+def decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
+    """Decimal microsecond text -> int64 ns, exact; more than 3 decimals round half-to-even."""
+    # Common case, plain decimals with at most 3 fraction digits: drop the point, read the
+    # digits as an integer and scale by the number of fraction digits. No decimal maths.
+    point = pc.find_substring(text, ".").to_numpy()
+    length = pc.utf8_length(text).to_numpy()
+    frac_digits = np.where(point < 0, 0, length - point - 1).astype(np.int64)
+    if (frac_digits <= 3).all():
+        try:
+            digits = pc.replace_substring(text, ".", "", max_replacements=1).cast(pa.int64()).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            digits = None  # exponents, spaces, junk: the decimal path sorts them out
+        if digits is not None:
+            scale = 10 ** (3 - frac_digits)
+            big = np.abs(digits) > (2**63 - 1) // scale
+            if big.any():
+                i = int(np.flatnonzero(big)[0])
+                raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+            return digits * scale
+    text = pc.utf8_trim_whitespace(text)
+    text = pc.if_else(pc.ends_with(text, "."), pc.binary_join_element_wise(text, pa.scalar("0"), ""), text)
+    try:
+        dec = text.cast(pa.decimal128(38, 18))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        texts = text.to_pylist()
+        i = first_bad_number(texts)
+        raise TraceFormatError(f"{where}: event {i}: '{key}' is not a number: {texts[i]!r}") from None
+    scaled = pc.round(dec, 3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
+    n = len(text)
+    words = np.frombuffer(scaled.buffers()[1], dtype=np.int64)[2 * scaled.offset: 2 * (scaled.offset + n)]
+    lo, hi = words[0::2].copy(), words[1::2]
+    fits = ((hi == 0) & (lo >= 0)) | ((hi == -1) & (lo < 0))
+    if not fits.all():
+        i = int(np.flatnonzero(~fits)[0])
+        raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+    return lo
+
+
+def kind_of(v: Any) -> str:
+    if isinstance(v, bytes):
+        return {b"[": "a list", b"{": "an object", b"t": "a boolean", b"f": "a boolean"}.get(v, "a value")
+    return {list: "a list", dict: "an object", bool: "a boolean"}.get(type(v), type(v).__name__)
+
+
+def first_bad_number(texts: list[str | None]) -> int:
+    from decimal import Decimal, InvalidOperation
+
+    for i, t in enumerate(texts):
+        if t is None:
+            continue
+        try:
+            d = Decimal(t)
+            if not d.is_finite() or abs(d) >= Decimal(10) ** 20:
+                return i
+        except InvalidOperation:
+            return i
+    return 0
+
+
+def flow_ids(values: list[Any], where: str) -> pa.Array:
+    """Flow/async ids as text: integers exactly (beyond 2**53 too), strings as they are."""
+    try:
+        ints = pa.array(values, type=pa.int64())
+        return ints.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    return pa.array(as_text(values, "id", "a number or string", where, max_int=UINT64_MAX), type=pa.string())
+
+
+def as_text(values: list[Any], key: str, expected: str, where: str, *,
+             max_int: int = INT64_MAX) -> list[str | None]:
+    """Ints as decimal text, strings (float literals, numeric strings) as they are."""
+    out: list[str | None] = list(values)
+    for i, v in enumerate(values):
+        c = v.__class__
+        if c is str or v is None:
+            continue
+        if c is not int:
+            raise TraceFormatError(f"{where}: event {i}: '{key}' must be {expected}, got {kind_of(v)}")
+        if not -(2**63) <= v <= max_int:
+            raise TraceFormatError(f"{where}: event {i}: '{key}' {v} is wider than 64 bits")
+        out[i] = str(v)
+    return out
+
+
+def raw_texts(raws: list[Any], key: str, where: str) -> pa.Array:
+    arr, present = raw_strings(raws)
+    try:
+        text = arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        i = next(i for i, r in enumerate(raws) if r is not msgspec.UNSET and bad_utf8_offset(bytes(r)) >= 0)
+        raise TraceFormatError(f"{where}: event {i}: '{key}' is not valid UTF-8") from None
+    return pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
+
+
+def extras(events: list[Any], keys: list[str], pid_str: dict[int, str], tid_str: dict[int, str],
+            where: str) -> pa.Array:
+    """The event's other top-level keys as one JSON object text (values verbatim), or null."""
+    n = len(events)
+    unset = msgspec.UNSET
+    parts: list[pa.Array] = []
+    for key in keys:
+        vals = list(map(attrgetter(key), events))
+        if vals.count(unset) == len(vals):
+            continue
+        rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(unset)), dtype=bool, count=len(vals))).tolist()
+        if rows:
+            parts.append(keyed(key, [vals[i] for i in rows], rows, n))
+    for key, strs in (("pid", pid_str), ("tid", tid_str)):
+        if strs:
+            parts.append(keyed(key, [msgspec.json.encode(v) for v in strs.values()], list(strs), n))
+    if not parts:
+        return pa.nulls(n, pa.string())
+    body = parts[0]
+    for p in parts[1:]:
+        both = pc.binary_join_element_wise(body, p, b",")  # null where either is null
+        body = pc.coalesce(both, body, p)
+    anyp = pc.is_valid(body)
+    text = pc.binary_join_element_wise(pa.scalar(b"{"), body, pa.scalar(b"}"), b"")
+    try:
+        text = text.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise TraceFormatError(f"{where}: an event field is not valid UTF-8") from None
+    return pc.if_else(anyp, text, pa.scalar(None, pa.string()))
+
+
+def keyed(key: str, values: list[Any], rows: list[int], n: int) -> pa.Array:
+    """A length-n binary array: '"key":value' at `rows`, null elsewhere."""
+    prefix = msgspec.json.encode(key) + b":"
+    subset, _ = raw_strings(values)
+    joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), subset, b"")
+    where = np.full(n, -1, dtype=np.int64)
+    where[rows] = np.arange(len(rows))
+    return joined.take(pa.array(where, mask=where < 0))
+
+
+# ---------------------------------------------------------------- encoding
+
+def format_us(ns: np.ndarray) -> list[str]:
+    """int64 ns -> microsecond decimal text with exactly 3 decimals (exact, no float)."""
+    ns = np.asarray(ns, dtype=np.int64)
+    neg = ns < 0
+    a = np.abs(ns)
+    whole = (a // 1000).tolist()
+    frac = (a % 1000).tolist()
+    return [f"{'-' if s else ''}{w}.{f:03d}" for s, w, f in zip(neg.tolist(), whole, frac)]

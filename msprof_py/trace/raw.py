@@ -1,0 +1,109 @@
+"""RawEvents: the raw columns of a decoded Chrome trace, before typed columns are derived."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass
+class RawEvents:
+    """The raw columns of a decoded Chrome trace (timestamps in absolute ns of the source clock)."""
+
+    ph: pa.Array | pa.ChunkedArray  # string
+    name: pa.Array | pa.ChunkedArray  # string
+    cat: pa.Array | pa.ChunkedArray  # string
+    pid: np.ndarray  # int64
+    tid: np.ndarray  # int64
+    ts_ns: np.ndarray  # int64, 0 where the event has no ts
+    has_ts: np.ndarray  # bool
+    dur_ns: pa.Array  # int64 with nulls
+    id: pa.Array  # string
+    args: pa.Array  # string (verbatim JSON)
+    extra: pa.Array  # string (JSON object)
+    #: Top-level keys of an object-form trace other than traceEvents, parsed.
+    top: dict[str, Any] = field(default_factory=dict)
+    skipped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ph)
+
+    @classmethod
+    def concat(cls, pieces: list["RawEvents"]) -> "RawEvents":
+        if len(pieces) == 1:
+            return pieces[0]
+        arrow = ("ph", "name", "cat", "dur_ns", "id", "args", "extra")
+        numpy = ("pid", "tid", "ts_ns", "has_ts")
+        # The bulky verbatim columns stay chunked (a copy would briefly double them); the
+        # small ones the importers scan are made contiguous, which makes their scans cheaper.
+        out = {k: pa.chunked_array([getattr(p, k) for p in pieces]) for k in ("args", "extra")}
+        out.update({k: pa.concat_arrays([getattr(p, k) for p in pieces])
+                    for k in arrow if k not in ("args", "extra")})
+        out.update({k: np.concatenate([getattr(p, k) for p in pieces]) for k in numpy})
+        return cls(**out, skipped=sum(p.skipped for p in pieces))
+
+    def is_in(self, column: str, allowed: tuple[str, ...]) -> np.ndarray:
+        """Boolean mask of rows whose `column` (ph, name, cat) is one of `allowed`.
+
+        Each column is dictionary-encoded once and cached: masks are then numpy lookups on
+        small integer codes instead of string comparisons over every row.
+        """
+        codes, values = self._codes(column)
+        hit = np.array([v in allowed for v in values] + [False], dtype=bool)
+        return hit[codes]
+
+    def _codes(self, column: str) -> tuple[np.ndarray, list[Any]]:
+        cache = self.__dict__.setdefault("_code_cache", {})
+        if column not in cache:
+            enc = pc.dictionary_encode(getattr(self, column))
+            if isinstance(enc, pa.ChunkedArray):
+                enc = enc.unify_dictionaries().combine_chunks()
+            values = enc.dictionary.to_pylist()
+            # Nulls point past the dictionary, at the trailing False of every mask.
+            cache[column] = (enc.indices.fill_null(len(values)).to_numpy().astype(np.int64), values)
+        return cache[column]
+
+    def release(self) -> None:
+        """Drop the columns (the table now owns them), so their memory can go early."""
+        for k in ("ph", "name", "cat", "dur_ns", "id", "args", "extra", "pid", "tid", "ts_ns", "has_ts"):
+            setattr(self, k, None)
+        self.__dict__.pop("_code_cache", None)
+
+    def take(self, column: str, idx: np.ndarray | list[int]) -> pa.Array:
+        """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra)."""
+        return getattr(self, column).take(pa.array(np.asarray(idx, dtype=np.int64)))
+
+    def args_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
+        """The verbatim `args` JSON text of rows `idx`."""
+        return self.args.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
+
+    def args_array_json(self, idx: np.ndarray | list[int]) -> bytes:
+        """The `args` of rows `idx` as one JSON array text (`{}` for rows without args), built
+        in Arrow without a Python string per row: msgspec then decodes all of them at once."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if not len(idx):
+            return b"[]"
+        chunks = self.args.chunks if isinstance(self.args, pa.ChunkedArray) else [self.args]
+        bounds = np.cumsum([0] + [len(c) for c in chunks])
+        parts = []
+        # Per chunk, so the verbatim args never need one contiguous copy.
+        for c, lo, hi in zip(chunks, bounds[:-1], bounds[1:]):
+            sel = idx[(idx >= lo) & (idx < hi)] - lo
+            if len(sel):
+                parts.append(_joined(c.take(pa.array(sel)).fill_null("{}")))
+        return b"[" + b",".join(parts) + b"]"
+
+    def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
+        return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
+
+
+def _joined(texts: pa.Array) -> bytes:
+    """Non-null strings joined with ',' into one bytes object, via Arrow buffers."""
+    with_sep = pc.binary_join_element_wise(texts, pa.scalar(","), "").cast(pa.large_binary())
+    offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64)
+    first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
+    return with_sep.buffers()[2].to_pybytes()[first:last - 1]
