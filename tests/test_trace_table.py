@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from msprof_py.errors import TraceFormatError
 from msprof_py.trace import (
     build_table,
     export_chrome,
@@ -258,3 +259,37 @@ def test_table_is_sorted_by_rank_then_ts(real_traces):
     t = imported(real_traces, "kineto/queue_16rank_rank0.json.gz").table
     key = np.lexsort((t.column("ts").to_numpy(), t.column("rank").to_numpy()))
     assert np.array_equal(key, np.arange(t.num_rows))
+
+
+def test_lenient_import_skips_each_kind_of_malformed_event():
+    good = '{"ph":"X","name":"ok%d","pid":1,"tid":1,"ts":%d,"dur":1}'
+    bad = [
+        '{"ph":"X","name":"neg","pid":1,"tid":1,"ts":5,"dur":-5}',
+        '{"ph":"X","name":"list","pid":1,"tid":1,"ts":[5]}',
+        '{"ph":"s","name":"wide","pid":1,"tid":1,"ts":5,"id":123456789012345678901234}',
+        '{"ph":"X","name":"nots","pid":1,"tid":1,"ts":"abc"}',
+        '{"name":"noph","pid":1,"tid":1,"ts":5}',
+        '{"ph":"X","name":"tid","pid":1,"tid":{"a":1},"ts":5}',
+        '7',
+    ]
+    events = [good % (i, i) for i in range(3)] + bad
+    trace = import_bytes(("[" + ",".join(events) + "]").encode() + b"", lenient=True)
+    assert trace.table.column("name").to_pylist() == ["ok0", "ok1", "ok2"]
+    assert trace.meta.extra["skipped_events"] == len(bad)
+    with pytest.raises(TraceFormatError, match="event 3: negative 'dur'"):
+        import_bytes(("[" + ",".join(events[:4]) + "]").encode())
+
+
+def test_errors_name_the_event_index_across_batches():
+    from msprof_py.trace.chrome import CHUNK_EVENTS
+
+    events = ['{"ph":"X","name":"a","pid":1,"tid":1,"ts":%d,"dur":1}' % i for i in range(CHUNK_EVENTS + 10)]
+    events[CHUNK_EVENTS + 3] = '{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":-2}'
+    with pytest.raises(TraceFormatError, match=f"event {CHUNK_EVENTS + 3}: negative 'dur'"):
+        import_bytes(bytearray(("[" + ",\n".join(events) + "]").encode()))
+    # The in-place batching restores the buffer: a good file imports every event.
+    events[CHUNK_EVENTS + 3] = events[0]
+    data = bytearray(("[" + ",\n".join(events) + "]").encode())
+    before = bytes(data)
+    assert len(import_bytes(data)) == CHUNK_EVENTS + 10
+    assert bytes(data) == before
