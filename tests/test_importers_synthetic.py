@@ -1,0 +1,84 @@
+"""Importer rules the bundled real traces do not exercise, on small hand-built traces."""
+
+from __future__ import annotations
+
+import json
+
+from msprof_py.trace import import_bytes
+
+
+def _table(events, **top):
+    doc = {**top, "traceEvents": events} if top else events
+    return import_bytes(json.dumps(doc).encode()).to_pandas()
+
+
+def test_kineto_memory_instants_become_alloc_and_free():
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 10,
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 140000000000, "Bytes": 4096,
+                  "Total Allocated": 4096, "Total Reserved": 2097152}},
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 20,
+         "args": {"Device Type": 0, "Device Id": -1, "Addr": 94000000000, "Bytes": 64, "Total Allocated": 64}},
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 30,
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 140000000000, "Bytes": -4096,
+                  "Total Allocated": 0}},
+    ]
+    df = _table(ev, schemaVersion=1, distributedInfo={"rank": 3})
+    mem = df[df.name == "[memory]"]
+    assert mem.kind.tolist() == ["alloc", "alloc", "free"]
+    assert mem["bytes"].tolist() == [4096, 64, 4096]
+    assert mem.addr.tolist() == [140000000000, 94000000000, 140000000000]
+    assert mem.value.tolist() == [4096.0, 64.0, 0.0]
+    assert mem.device.tolist()[0] == 0 and mem.device.isna().tolist() == [False, True, False]
+    assert mem.step.tolist() == [7, 7, 7]
+    assert set(df["rank"]) == {3}
+
+
+def test_ascend_counters_hccl_and_overlap_tracks():
+    ev = [
+        {"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "HCCL"}},
+        {"ph": "M", "name": "process_name", "pid": 20, "tid": 0, "args": {"name": "Overlap Analysis"}},
+        {"ph": "M", "name": "process_name", "pid": 30, "tid": 0, "args": {"name": "NPU MEM"}},
+        {"ph": "M", "name": "process_name", "pid": 40, "tid": 0, "args": {"name": "Ascend Hardware"}},
+        {"ph": "M", "name": "process_labels", "pid": 40, "tid": 0, "args": {"labels": "NPU 5"}},
+        {"ph": "X", "name": "hcom_allReduce__123_0_1", "pid": 10, "tid": 2, "ts": "100.000", "dur": 50.5,
+         "args": {"Stream Id": 7, "data size(B)": 1048576}},
+        {"ph": "X", "name": "Notify_Wait", "pid": 10, "tid": 2, "ts": "101.000", "dur": 10},
+        {"ph": "X", "name": "Communication", "pid": 20, "tid": 1, "ts": "100.000", "dur": 50.5},
+        {"ph": "C", "name": "APP/DDR", "pid": 30, "tid": 0, "ts": "100.000", "args": {"KB": 2048.5}},
+        {"ph": "X", "name": "MatMul", "pid": 40, "tid": 2, "ts": "90.000", "dur": 5,
+         "args": {"Task Type": "AI_CORE", "Stream Id": 2, "Task Id": 1}},
+    ]
+    df = _table(ev)
+    assert import_bytes(json.dumps(ev).encode()).meta.source_format == "ascend"
+    by_name = df.set_index("name")
+    assert by_name.loc["hcom_allReduce__123_0_1", "kind"] == "collective"
+    assert by_name.loc["hcom_allReduce__123_0_1", "stream"] == 7
+    assert by_name.loc["hcom_allReduce__123_0_1", "bytes"] == 1048576
+    assert by_name.loc["hcom_allReduce__123_0_1", "dur"] == 50500
+    assert by_name.loc["Notify_Wait", "kind"] == "wait"
+    assert by_name.loc["Communication", "kind"] == "marker"
+    assert by_name.loc["APP/DDR", "kind"] == "counter"
+    assert by_name.loc["APP/DDR", "value"] == 2048.5
+    assert by_name.loc["MatMul", "kind"] == "kernel"
+    assert by_name.loc["MatMul", "device"] == 5  # from the "NPU 5" process label
+    assert by_name.loc["MatMul", "stream"] == 2
+
+
+def test_generic_chrome_trace_keeps_phases():
+    ev = [
+        {"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": 1.5},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 9},
+        {"ph": "C", "name": "queue", "pid": 1, "tid": 0, "ts": 2, "args": {"depth": 3}},
+        {"ph": "b", "cat": "io", "name": "read", "id": "0x1f", "pid": 1, "tid": 1, "ts": 3},
+        {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 4, "s": "p", "cname": "good"},
+    ]
+    trace = import_bytes(json.dumps(ev).encode())
+    df = trace.to_pandas()
+    assert trace.meta.source_format == "chrome"
+    assert df.kind.tolist() == ["marker", "counter", "marker", "marker", "marker"]
+    assert df.ts.tolist() == [0, 500, 1500, 2500, 7500]
+    assert df.value.tolist()[1] == 3.0
+    assert df.id.tolist()[2] == "0x1f"
+    assert json.loads(df.extra.tolist()[3]) == {"s": "p", "cname": "good"}
