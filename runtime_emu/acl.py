@@ -1,0 +1,92 @@
+"""A pyACL-shaped API over the emulated runtime, so a user script reads like an AscendCL program.
+
+    from runtime_emu import acl
+    acl.init()
+    acl.rt.set_device(0)
+    stream = acl.rt.create_stream()
+    ptr = acl.rt.malloc(1 << 20, acl.ACL_MEM_MALLOC_HUGE_FIRST)
+    acl.rt.launch_kernel(kernel, 24, stream)
+    acl.rt.synchronize_stream(stream)
+    result = acl.finalize()          # -> EmuResult(trace, ground_truth)
+
+Differences from pyACL, on purpose: calls raise AclError instead of returning an error code,
+and calls that create something return it directly (no `(value, ret)` pairs).
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any
+
+from runtime_emu import errors as _errors
+from runtime_emu.errors import AclError
+from runtime_emu.runtime import (
+    MEMCPY_DEVICE_TO_DEVICE,
+    MEMCPY_DEVICE_TO_HOST,
+    MEMCPY_HOST_TO_DEVICE,
+    MEMCPY_HOST_TO_HOST,
+    EmuResult,
+    Runtime,
+)
+
+ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_HUGE_ONLY, ACL_MEM_MALLOC_NORMAL_ONLY = 0, 1, 2
+ACL_MEMCPY_HOST_TO_HOST = MEMCPY_HOST_TO_HOST
+ACL_MEMCPY_HOST_TO_DEVICE = MEMCPY_HOST_TO_DEVICE
+ACL_MEMCPY_DEVICE_TO_HOST = MEMCPY_DEVICE_TO_HOST
+ACL_MEMCPY_DEVICE_TO_DEVICE = MEMCPY_DEVICE_TO_DEVICE
+ACL_SUCCESS = 0
+
+_current: Runtime | None = None
+#: Called with the EmuResult when a program finalizes (the profiler's capture hooks in here).
+on_finalize: list = []
+
+
+def init(**config: Any) -> Runtime:
+    """Start an emulated runtime (aclInit). Keyword config goes to Runtime (seed, preset, ...).
+
+    The environment variable MSPROF_PY_EMU_CONFIG may hold JSON config the capture sets.
+    """
+    global _current
+    if _current is not None and not _current.finished:
+        raise AclError(_errors.ACL_ERROR_REPEAT_INITIALIZE, "acl.init() called twice without acl.finalize()")
+    env = os.environ.get("MSPROF_PY_EMU_CONFIG")
+    if env:
+        import json
+
+        config = {**json.loads(env), **config}
+    _current = Runtime(**config)
+    return _current
+
+
+def current() -> Runtime:
+    if _current is None or _current.finished:
+        raise AclError(_errors.ACL_ERROR_UNINITIALIZE, "the runtime is not initialized; call acl.init() first")
+    return _current
+
+
+def finalize() -> EmuResult:
+    """Wait for all device work and return the recording (aclFinalize)."""
+    result = current().finish()
+    for hook in list(on_finalize):
+        hook(result)
+    return result
+
+
+def _call(name: str):
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(current(), name)(*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = getattr(Runtime, name).__doc__
+    return call
+
+
+rt = SimpleNamespace(**{n: _call(n) for n in (
+    "set_device", "create_stream", "destroy_stream", "launch_kernel", "memcpy", "memcpy_async", "memset_async",
+    "create_event", "destroy_event", "record_event", "stream_wait_event", "synchronize_event",
+    "synchronize_stream", "synchronize_device", "malloc", "free", "malloc_host", "free_host")})
+#: Framework-level (torch_npu-style) caching allocator.
+caching = SimpleNamespace(malloc=_call("cached_malloc"), free=_call("cached_free"), empty_cache=_call("empty_cache"))
+#: Profiling annotations and host-side work.
+prof = SimpleNamespace(step=_call("step"), host_work=_call("host_work"), now=_call("now"))

@@ -1,0 +1,193 @@
+"""Devices, streams, events and the AI Core scheduler.
+
+A stream is a FIFO: its head task starts when the previous task has finished, the task has
+reached the device, and what it needs is there (an event, cores, link bandwidth). Kernels
+run `num_blocks` blocks on Cube or Vector cores in waves; the pool hands free cores to the
+highest-priority waiting kernel (0 is highest). A running block is never interrupted; with
+`preemption` on, a kernel gives its cores back at every wave boundary so that higher-priority
+work can take them (checkpoint-style preemption as a what-if; off by default).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any, Callable
+
+from runtime_emu.links import Link
+from runtime_emu.presets import Preset
+
+if TYPE_CHECKING:
+    from runtime_emu.runtime import Runtime
+
+# Task kinds (the trace's `kind` for device rows, plus the stream-control tasks).
+KERNEL, MEMCPY, MEMSET, RECORD, WAIT, COLLECTIVE = "kernel", "memcpy", "memset", "record", "wait", "collective"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A compiled kernel: each of its blocks takes `block_ns` on one core of `core` type."""
+
+    name: str
+    block_ns: int
+    core: str = "cube"  # "cube" (AI Core) or "vector"
+    task_type: str = ""  # msprof "Task Type"; defaults from `core`
+
+    def __post_init__(self) -> None:
+        if self.core not in ("cube", "vector"):
+            raise ValueError(f"kernel {self.name!r}: core must be 'cube' or 'vector', got {self.core!r}")
+        if self.block_ns <= 0:
+            raise ValueError(f"kernel {self.name!r}: block_ns must be positive, got {self.block_ns}")
+
+
+class Task:
+    """One entry of a stream's queue."""
+
+    __slots__ = ("kind", "name", "stream", "corr", "launch_ns", "arrive_ns", "ready_ns", "start_ns", "end_ns",
+                 "kernel", "blocks", "remaining", "cores", "bytes", "path", "event", "event_seq", "on_start",
+                 "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "waves", "extra")
+
+    def __init__(self, kind: str, name: str, stream: "Stream", corr: int, launch_ns: int) -> None:
+        self.kind = kind
+        self.name = name
+        self.stream = stream
+        self.corr = corr
+        self.launch_ns = launch_ns
+        self.arrive_ns = launch_ns
+        self.ready_ns = 0
+        self.start_ns = -1
+        self.end_ns = -1
+        self.kernel: Kernel | None = None
+        self.blocks = 0
+        self.remaining = 0
+        self.cores = 0
+        self.bytes = 0
+        self.path: tuple[Link, ...] = ()
+        self.event: Event | None = None
+        self.event_seq = 0
+        self.on_start: Callable[[Task], None] | None = None
+        self.copy_kind = ""
+        self.step: int | None = None
+        self.cause = ""
+        self.producer = ""
+        self.queue_blocked_ns = 0
+        self.waves = 0
+        self.extra: Any = None
+
+
+class Event:
+    """aclrtEvent: `record_seq` counts records issued by the host, `done_seq` records executed."""
+
+    __slots__ = ("id", "device", "record_seq", "done_seq", "done_ns", "waiters", "producer", "destroyed")
+
+    def __init__(self, event_id: int, device: "Device") -> None:
+        self.id = event_id
+        self.device = device
+        self.record_seq = 0
+        self.done_seq = 0
+        self.done_ns = 0
+        self.waiters: list[Task] = []
+        self.producer = ""  # kind of the task that ran just before the last executed record
+        self.destroyed = False
+
+
+class Stream:
+    __slots__ = ("id", "device", "priority", "queue", "busy", "pending", "capacity", "destroyed", "last_end_ns",
+                 "last_kind", "last_cause", "last_producer", "qname")
+
+    def __init__(self, stream_id: int, device: "Device", priority: int, capacity: int) -> None:
+        self.id = stream_id
+        self.device = device
+        self.priority = priority
+        self.queue: deque[Task] = deque()
+        self.busy = False
+        self.pending = 0  # launched by the host and not yet retired
+        self.capacity = capacity
+        self.destroyed = False
+        self.last_end_ns = -1
+        self.last_kind = ""
+        self.last_cause = ""
+        self.last_producer = ""
+        self.qname = f"Queue depth stream {stream_id}"
+
+
+class CorePool:
+    """The Cube (or Vector) cores of one device and the kernels waiting for them.
+
+    Blocks are dispatched one core at a time as cores free up (normal mode), so kernels share
+    the cores and a block count that does not divide the core count leaves a partial last
+    wave. In batch mode a kernel waits until all the cores it can use are free at once and
+    runs in lockstep waves. A started kernel's remaining blocks go before waiting kernels (run
+    to completion) unless `preemption` is on, in which case priority decides at every block.
+    """
+
+    __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption")
+
+    def __init__(self, device: "Device", kind: str, total: int) -> None:
+        self.device = device
+        self.kind = kind
+        self.total = total
+        self.free = total
+        self.waiting: list[tuple[int, int, int, Task]] = []
+        self.seq = 0
+        self.batch_mode = False
+        self.preemption = False
+
+    def submit(self, task: Task) -> None:
+        self.seq += 1
+        task.remaining = task.blocks
+        task.cores = 0
+        heappush(self.waiting, (1, task.stream.priority, self.seq, task))
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        rt = self.device.rt
+        waiting = self.waiting
+        while self.free and waiting:
+            started, prio, seq, task = waiting[0]
+            grant = min(self.free, task.remaining)
+            if self.batch_mode and grant < min(task.remaining, self.total):
+                return  # a batch-mode kernel starts a wave only with all its cores at once
+            heappop(waiting)
+            self.free -= grant
+            task.remaining -= grant
+            task.cores += grant  # blocks in flight
+            if task.start_ns < 0:
+                rt._task_started(task)
+            task.waves += 1
+            rt.engine.after(task.kernel.block_ns, self._blocks_done, (task, grant))
+            if task.remaining:
+                heappush(waiting, (1 if self.preemption else 0, prio, seq, task))
+
+    def _blocks_done(self, done: tuple[Task, int]) -> None:
+        task, count = done
+        self.free += count
+        task.cores -= count
+        if not task.remaining and not task.cores:
+            self.device.rt._task_finished(task)
+        self.dispatch()
+
+
+class Device:
+    __slots__ = ("rt", "id", "rank", "preset", "pools", "streams", "events", "memory", "caching", "pcie_h2d",
+                 "pcie_d2h", "hbm", "pid", "next_stream", "default_stream")
+
+    def __init__(self, rt: "Runtime", device_id: int, rank: int, preset: Preset) -> None:
+        self.rt = rt
+        self.id = device_id
+        self.rank = rank
+        self.preset = preset
+        self.pools = {"cube": CorePool(self, "cube", preset.cube_cores),
+                      "vector": CorePool(self, "vector", preset.vector_cores)}
+        self.streams: dict[int, Stream] = {}
+        self.events: dict[int, Event] = {}
+        self.memory: Any = None  # DriverAllocator, set by the runtime
+        self.caching: Any = None  # CachingAllocator, created on first use
+        where = f"r{rank}.d{device_id}"
+        self.pcie_h2d = Link(f"{where}.pcie_h2d", preset.pcie_gbps, preset.copy_latency_ns)
+        self.pcie_d2h = Link(f"{where}.pcie_d2h", preset.pcie_gbps, preset.copy_latency_ns)
+        self.hbm = Link(f"{where}.hbm", preset.hbm_gbps, preset.copy_latency_ns)
+        self.pid = 0
+        self.next_stream = 0
+        self.default_stream: Stream | None = None

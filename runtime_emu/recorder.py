@@ -1,0 +1,249 @@
+"""Recording: a compact tuple per trace row while the emulation runs, one table at the end.
+
+The frequent rows (device tasks, host API slices, launch->task flows, counters) go to buffers
+of their own with only the fields that vary; constant fields and the `args` JSON are made in
+Arrow, column-wise, when the table is built. Rare rows (metadata, memory instants, steps) are
+full rows in the table's column order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msprof_py.trace.schema import COLUMN_NAMES, Trace, TraceMeta, build_table
+
+#: Process ids: one host process per rank, one device process per (rank, device), one for links.
+HOST_PID_BASE = 1_000_000
+DEVICE_PID_BASE = 2_000_000
+LINKS_PID = 3_000_000
+
+# Task buffer kinds (index into _TASK_KINDS).
+K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD = 0, 1, 2, 3, 4
+_TASK_KINDS = ("kernel", "memcpy", "memset", "wait", "marker")
+# Counter units (index into _UNITS): the args key of the counter's one series.
+U_DEPTH, U_BYTES, U_GBPS = 0, 1, 2
+_UNITS = ("depth", "bytes", "GB/s")
+
+
+def host_pid(rank: int) -> int:
+    return HOST_PID_BASE + rank
+
+
+def device_pid(rank: int, device: int) -> int:
+    return DEVICE_PID_BASE + rank * 1000 + device
+
+
+@dataclass
+class Switches:
+    """What is recorded, in msprof's terms (`--task-time`, `--runtime-api`, ...)."""
+
+    task_time: bool = True  # device tasks, launch->task flows, queue-depth counters
+    runtime_api: bool = True  # host API slices
+    memory: bool = True  # alloc/free instants and memory counters
+    hccl: bool = True  # collective tasks
+    sys_hardware_mem: bool = True  # link bandwidth counters
+
+
+#: Widths of the flat numeric buffers (fields per row).
+TASK_W, API_W, FLOW_W, COUNTER_W = 16, 13, 9, 9
+NULL = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
+
+
+@dataclass
+class Recorder:
+    """Row buffers. The frequent row types are flat lists of ints (`buf.extend(row_tuple)`),
+    strings replaced by codes from `code()`; they become columns with one numpy call."""
+
+    switches: Switches = field(default_factory=Switches)
+    #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind,
+    #: event_id, step
+    tasks: list[int] = field(default_factory=list)
+    #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks
+    apis: list[int] = field(default_factory=list)
+    #: rank, is_finish, ts, pid, tid, corr, device, stream, step
+    flows: list[int] = field(default_factory=list)
+    #: rank, pid, name, ts, value, unit, device, stream, step (integer-valued counters)
+    counters: list[int] = field(default_factory=list)
+    #: Full rows in COLUMN_NAMES order (metadata, memory instants, steps, float counters...).
+    rows: list[tuple] = field(default_factory=list)
+    strings: dict[str, int] = field(default_factory=dict)
+    _named: set = field(default_factory=set)
+
+    def code(self, text: str) -> int:
+        """A small integer standing for `text` in the numeric buffers."""
+        c = self.strings.get(text)
+        if c is None:
+            c = self.strings[text] = len(self.strings)
+        return c
+
+    def __len__(self) -> int:
+        return (len(self.tasks) // TASK_W + len(self.apis) // API_W + len(self.flows) // FLOW_W
+                + len(self.counters) // COUNTER_W + len(self.rows))
+
+    # ------------------------------------------------------------------ metadata
+    def name_process(self, rank: int, pid: int, name: str, label: str | None = None, sort: int | None = None) -> None:
+        if ("p", pid) in self._named:
+            return
+        self._named.add(("p", pid))
+        add = self.rows.append
+        add(_meta(rank, pid, 0, "process_name", '{"name":%s}' % _q(name)))
+        if label:
+            add(_meta(rank, pid, 0, "process_labels", '{"labels":%s}' % _q(label)))
+        if sort is not None:
+            add(_meta(rank, pid, 0, "process_sort_index", '{"sort_index":%d}' % sort))
+
+    def name_thread(self, rank: int, pid: int, tid: int, name: str) -> None:
+        if ("t", pid, tid) in self._named:
+            return
+        self._named.add(("t", pid, tid))
+        self.rows.append(_meta(rank, pid, tid, "thread_name", '{"name":%s}' % _q(name)))
+        self.rows.append(_meta(rank, pid, tid, "thread_sort_index", '{"sort_index":%d}' % tid))
+
+    # ------------------------------------------------------------------ finishing
+    def to_trace(self, meta: TraceMeta) -> Trace:
+        """All rows as one sorted, typed trace table (the buffers are emptied)."""
+        strings = pa.array(sorted(self.strings, key=self.strings.__getitem__), pa.string())
+        # Full rows first: metadata (process / thread names) then leads each time group.
+        parts = [t for t in (_rows_table(self.rows),
+                             _tasks_table(_grid(self.tasks, TASK_W), strings),
+                             _apis_table(_grid(self.apis, API_W), strings),
+                             _flows_table(_grid(self.flows, FLOW_W)),
+                             _counters_table(_grid(self.counters, COUNTER_W), strings)) if t is not None]
+        self.tasks, self.apis, self.flows, self.counters, self.rows = [], [], [], [], []
+        table = pa.concat_tables(parts) if parts else _rows_table([(None,) * len(COLUMN_NAMES)]).slice(0, 0)
+        cols = {name: table.column(name) for name in COLUMN_NAMES}
+        del table, parts
+        return build_table(cols, meta)
+
+
+def _meta(rank: int, pid: int, tid: int, name: str, args: str) -> tuple:
+    return (rank, "M", name, None, 0, None, pid, tid, None, args, None, "meta", None, None, None, None, None, None, None)
+
+
+def _q(text: str) -> str:
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ---------------------------------------------------------------------- column builders
+_PLAIN = {"rank": pa.int32(), "ph": pa.string(), "name": pa.string(), "cat": pa.string(), "ts": pa.int64(),
+          "dur": pa.int64(), "pid": pa.int64(), "tid": pa.int64(), "id": pa.string(), "args": pa.string(),
+          "extra": pa.string(), "kind": pa.string(), "device": pa.int32(), "stream": pa.int32(),
+          "corr": pa.int64(), "bytes": pa.int64(), "addr": pa.int64(), "value": pa.float64(), "step": pa.int32()}
+_SCHEMA = pa.schema([(c, _PLAIN[c]) for c in COLUMN_NAMES])
+
+
+def _table(n: int, cols: dict) -> pa.Table:
+    arrays = []
+    for name in COLUMN_NAMES:
+        typ = _PLAIN[name]
+        v = cols.get(name)
+        if v is None:
+            arrays.append(pa.nulls(n, typ))
+        elif isinstance(v, (str, int, float)):
+            arrays.append(pa.array(np.full(n, v) if not isinstance(v, str) else [v] * n, type=typ))
+        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
+            arrays.append(v.cast(typ) if v.type != typ else v)
+        elif isinstance(v, np.ndarray):
+            arrays.append(pa.array(v).cast(typ))
+        else:
+            arrays.append(pa.array(v, type=typ))
+    return pa.Table.from_arrays(arrays, schema=_SCHEMA)
+
+
+def _text(values) -> pa.Array:
+    """Numbers as decimal text (ints stay ints: no '.0')."""
+    arr = values if isinstance(values, pa.Array) else pa.array(values)
+    return arr.cast(pa.string())
+
+
+def _join(*parts) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _grid(flat: list[int], width: int) -> np.ndarray | None:
+    if not flat:
+        return None
+    return np.array(flat, dtype=np.int64).reshape(-1, width)
+
+
+def _ints(col: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
+    """A numeric buffer column as Arrow, NULL (-1) as null."""
+    null = col == NULL
+    return pa.array(col, mask=null if null.any() else None).cast(typ or pa.int64())
+
+
+def _decode(col: np.ndarray, strings: pa.Array) -> pa.Array:
+    return strings.take(pa.array(col))
+
+
+def _tasks_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
+    if g is None:
+        return None
+    n = len(g)
+    kind_np = g[:, 7].astype(np.int8)
+    stream_a, corr_a = _ints(g[:, 3], pa.int32()), _ints(g[:, 9])
+    head = _join('{"Task Type":"', _decode(g[:, 8], strings), '","Stream Id":', _text(stream_a),
+                 ',"Task Id":', _text(corr_a))
+    bytes_a = _ints(g[:, 12])
+    tail_kernel = _join(',"Block Dim":', _text(pa.array(g[:, 10])), ',"Waves":', _text(pa.array(g[:, 11])), "}")
+    copy_code = np.maximum(g[:, 13], 0)
+    tail_copy = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), ',"Copy Kind":"', _decode(copy_code, strings), '"}')
+    tail_set = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), "}")
+    tail_event = _join(',"Event Id":', _text(pa.array(g[:, 14])), "}")
+    tail = pc.if_else(pa.array(kind_np == K_KERNEL), tail_kernel,
+                      pc.if_else(pa.array(kind_np == K_MEMCPY), tail_copy,
+                                 pc.if_else(pa.array(kind_np == K_MEMSET), tail_set, tail_event)))
+    kinds = pa.array(_TASK_KINDS, pa.string()).take(pa.array(kind_np))
+    return _table(n, {"rank": g[:, 0], "ph": "X", "name": _decode(g[:, 6], strings), "ts": g[:, 4], "dur": g[:, 5],
+                      "pid": g[:, 2], "tid": stream_a, "args": _join(head, tail), "kind": kinds,
+                      "device": _ints(g[:, 1], pa.int32()), "stream": stream_a, "corr": corr_a, "bytes": bytes_a,
+                      "step": _ints(g[:, 15], pa.int32())})
+
+
+def _apis_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
+    if g is None:
+        return None
+    n = len(g)
+    tid_a, stream_a, blocks_a = _ints(g[:, 2]), _ints(g[:, 8], pa.int32()), _ints(g[:, 12])
+    stream_part = pc.if_else(pc.is_valid(stream_a), _join(',"Stream Id":', _text(stream_a.fill_null(0))), "")
+    blocks_part = pc.if_else(pc.is_valid(blocks_a), _join(',"Block Dim":', _text(blocks_a.fill_null(0))), "")
+    args = _join('{"Thread Id":', _text(tid_a), stream_part, blocks_part, "}")
+    return _table(n, {"rank": g[:, 0], "ph": "X", "name": _decode(g[:, 3], strings), "cat": "AscendCL",
+                      "ts": g[:, 4], "dur": g[:, 5], "pid": g[:, 1], "tid": tid_a, "args": args,
+                      "kind": _decode(g[:, 6], strings), "device": _ints(g[:, 7], pa.int32()), "stream": stream_a,
+                      "corr": _ints(g[:, 9]), "bytes": _ints(g[:, 10]), "step": _ints(g[:, 11], pa.int32())})
+
+
+def _flows_table(g: np.ndarray | None) -> pa.Table | None:
+    if g is None:
+        return None
+    n = len(g)
+    finish = g[:, 1] == 1
+    corr_a = _ints(g[:, 5])
+    return _table(n, {"rank": g[:, 0], "ph": pa.array(np.where(finish, "f", "s"), pa.string()),
+                      "name": "HostToDevice", "cat": "HostToDevice", "ts": g[:, 2], "pid": g[:, 3], "tid": g[:, 4],
+                      "id": _text(corr_a), "extra": pc.if_else(pa.array(finish), '{"bp":"e"}', pa.scalar(None, pa.string())),
+                      "kind": "flow", "device": _ints(g[:, 6], pa.int32()), "stream": _ints(g[:, 7], pa.int32()),
+                      "corr": corr_a, "step": _ints(g[:, 8], pa.int32())})
+
+
+def _counters_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
+    if g is None:
+        return None
+    n = len(g)
+    keys = pa.array(['{"%s":' % u for u in _UNITS], pa.string()).take(pa.array(g[:, 5]))
+    return _table(n, {"rank": g[:, 0], "ph": "C", "name": _decode(g[:, 2], strings), "ts": g[:, 3], "pid": g[:, 1],
+                      "tid": 0, "args": _join(keys, _text(pa.array(g[:, 4])), "}"), "kind": "counter",
+                      "device": _ints(g[:, 6], pa.int32()), "stream": _ints(g[:, 7], pa.int32()),
+                      "value": g[:, 4].astype(np.float64), "step": _ints(g[:, 8], pa.int32())})
+
+
+def _rows_table(rows: list[tuple]) -> pa.Table | None:
+    if not rows:
+        return None
+    cols = dict(zip(COLUMN_NAMES, map(list, zip(*rows))))
+    return _table(len(rows), cols)

@@ -1,0 +1,724 @@
+"""The emulated runtime: host API calls on one side, device execution on the other, recording both.
+
+Host calls run on the calling thread's virtual clock (each costs a configurable overhead;
+synchronize calls, full queues and copies from pageable memory block it). Device work runs
+on the engine. Every task remembers why it started when it did; that goes to
+`ground_truth.json`, never to the trace analyzers read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from msprof_py.trace.schema import Trace, TraceMeta
+from runtime_emu import errors as E
+from runtime_emu.device import (
+    COLLECTIVE,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RECORD,
+    WAIT,
+    Device,
+    Event,
+    Kernel,
+    Stream,
+    Task,
+)
+from runtime_emu.engine import Engine
+from runtime_emu.errors import AclError
+from runtime_emu.host import Coordinator, HostThread
+from runtime_emu.links import Link, Network
+from runtime_emu.presets import Preset
+from runtime_emu.presets import preset as get_preset
+from runtime_emu.recorder import (
+    HOST_PID_BASE,
+    K_KERNEL,
+    K_MEMCPY,
+    K_MEMSET,
+    K_RECORD,
+    K_WAIT,
+    LINKS_PID,
+    NULL,
+    U_BYTES,
+    U_DEPTH,
+    Recorder,
+    Switches,
+    device_pid,
+    host_pid,
+)
+
+# aclrtMemcpyKind
+MEMCPY_HOST_TO_HOST, MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
+_COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
+PINNED_BASE = 0x7F00_0000_0000
+DEVICE_SPAN = 1 << 40
+HOST_MEMCPY_GBPS = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
+
+
+@dataclass
+class EmuResult:
+    """What one emulation produced: the trace table and the ground truth (for tests only)."""
+
+    trace: Trace
+    ground_truth: dict[str, Any] = field(default_factory=dict)
+
+
+class Runtime:
+    """One emulated job: devices (per rank), host threads, the engine and the recorder."""
+
+    def __init__(self, *, seed: int = 0, preset: "str | Preset" = "910B3", devices: int = 1, ranks: int = 1,
+                 switches: Switches | None = None, preemption: bool = False, batch_mode: bool = False,
+                 queue_depth_counters: bool = True) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.engine = Engine()
+        self.net = Network(self.engine)
+        self.recorder = Recorder(switches or Switches())
+        self.sw = self.recorder.switches
+        self.preset = get_preset(preset)
+        self.coord = Coordinator(self)
+        self.coord.register(threading.get_ident(), 0)
+        self.devices: dict[tuple[int, int], Device] = {}
+        self.world_size = ranks
+        for rank in range(ranks):
+            for d in range(devices):
+                self._add_device(rank, d, self.preset, preemption, batch_mode)
+        self.queue_depth_counters = queue_depth_counters
+        self._corr = 0
+        self._next_event = 0
+        self._pinned_next = PINNED_BASE
+        self._pinned: dict[int, int] = {}
+        self._step_next: dict[int, int] = {}
+        self.task_log: list[tuple] = []  # (name, stream, start_ns, end_ns): SimPy-style test log
+        self.gt_tasks: list[tuple] = []
+        self.gt_host_blocks: list[tuple] = []
+        self.problems: list[dict[str, Any]] = []
+        self.finished = False
+
+    # ================================================================ setup
+    def _add_device(self, rank: int, dev_id: int, preset: Preset, preemption: bool, batch_mode: bool) -> Device:
+        from runtime_emu.memory import DriverAllocator
+
+        dev = Device(self, dev_id, rank, preset)
+        for pool in dev.pools.values():
+            pool.preemption = preemption
+            pool.batch_mode = batch_mode
+        base = 0x1_0000_0000 + (len(self.devices)) * DEVICE_SPAN
+        dev.memory = DriverAllocator(preset.hbm_bytes, preset.huge_page_bytes, base_addr=base)
+        dev.pid = device_pid(rank, dev_id)
+        for link in (dev.pcie_h2d, dev.pcie_d2h, dev.hbm):
+            link.on_rate = self._link_rate
+        self.devices[(rank, dev_id)] = dev
+        self.recorder.name_process(rank, dev.pid, "Ascend Hardware", label=f"NPU {dev_id}" + (f" (rank {rank})" if self.world_size > 1 else ""), sort=100 + rank * 10 + dev_id)
+        self.recorder.name_process(rank, host_pid(rank), "CANN", label="CPU" + (f" (rank {rank})" if self.world_size > 1 else ""), sort=rank * 10)
+        dev.default_stream = self._new_stream(dev, 0)
+        return dev
+
+    @property
+    def api_overhead_ns(self) -> int:
+        return self.preset.api_overhead_ns
+
+    def _new_stream(self, dev: Device, priority: int) -> Stream:
+        s = Stream(dev.next_stream, dev, priority, dev.preset.queue_tasks)
+        dev.next_stream += 1
+        dev.streams[s.id] = s
+        s.qname = self.recorder.code(s.qname)
+        self.recorder.name_thread(dev.rank, dev.pid, s.id, f"Stream {s.id}")
+        return s
+
+    # ================================================================ host side helpers
+    def _enter(self) -> HostThread:
+        if self.finished:
+            raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was finalized; call acl.init() again")
+        th = self.coord.current()
+        self.coord.enter(th)
+        if th.tid not in self._step_next:
+            self._step_next[th.tid] = 0
+            self.recorder.name_thread(th.rank, host_pid(th.rank), th.tid, th.name)
+        return th
+
+    def _device(self, th: HostThread) -> Device:
+        if th.device is None:
+            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, "no device set for this thread; call acl.rt.set_device(id) first")
+        return th.device
+
+    def _api(self, th: HostThread, name: str, t0: int, kind: str = "api", *, stream: Stream | None = None,
+             corr: int | None = None, nbytes: int | None = None, blocks: int | None = None) -> None:
+        """Record a host API slice [t0, th.clock] on the thread's track."""
+        if not self.sw.runtime_api:
+            return
+        dev = th.device
+        code = self.recorder.code
+        self.recorder.apis.extend((
+            th.rank, HOST_PID_BASE + th.rank, th.tid, code(name), t0, th.clock - t0, code(kind),
+            NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
+            NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks))
+
+    def _check_stream(self, th: HostThread, stream: Any) -> Stream:
+        if stream is None:
+            return self._device(th).default_stream
+        if not isinstance(stream, Stream):
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid stream handle {stream!r}")
+        if stream.destroyed:
+            raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT, f"stream {stream.id} was destroyed")
+        return stream
+
+    def _launch(self, th: HostThread, task: Task, api: str, t0: int, kind: str = "launch", blocks: int | None = None) -> None:
+        """Common path of every task-creating call: queue space, overhead, flow, arrival."""
+        stream = task.stream
+        if stream.pending >= stream.capacity:
+            blocked_from = th.clock
+            self.coord.block(th, lambda: stream.pending < stream.capacity,
+                             f"queue of stream {stream.id} is full and nothing retires")
+            task.queue_blocked_ns = th.clock - blocked_from
+            self.gt_host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
+        th.clock += self.preset.launch_overhead_ns
+        task.launch_ns = t0
+        task.step = th.step
+        stream.pending += 1
+        dev = stream.device
+        sw = self.sw
+        if sw.runtime_api:
+            self._api(th, api, t0, kind, stream=stream, corr=task.corr, nbytes=task.bytes or None, blocks=blocks)
+            if sw.task_time:
+                self.recorder.flows.extend((th.rank, 0, t0, HOST_PID_BASE + th.rank, th.tid, task.corr, dev.id,
+                                            stream.id, NULL if th.step is None else th.step))
+        if sw.task_time and self.queue_depth_counters:
+            self.recorder.counters.extend((dev.rank, dev.pid, stream.qname, th.clock, stream.pending, U_DEPTH, dev.id,
+                                           stream.id, NULL))
+        arrive = th.clock + self.preset.dispatch_latency_ns
+        task.arrive_ns = arrive
+        # A busy stream picks the task up when it gets to it; only an idle one needs waking.
+        stream.queue.append(task)
+        if not stream.busy and len(stream.queue) == 1:
+            self.engine.at(arrive, self._wake, stream)
+
+    def _new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
+        self._corr += 1
+        return Task(kind, name, stream, self._corr, t0)
+
+    # ================================================================ device side
+    def _wake(self, stream: Stream) -> None:
+        self._advance(stream)
+
+    def _advance(self, stream: Stream) -> None:
+        if stream.busy or not stream.queue:
+            return
+        task = stream.queue[0]
+        now = self.engine.now
+        if task.arrive_ns > now:  # launched, still on its way to the device
+            self.engine.at(task.arrive_ns, self._wake, stream)
+            return
+        stream.busy = True
+        task.ready_ns = now
+        # Why the task could not start earlier: the host had not launched it yet, or the stream
+        # was still busy with what came before (a copy, an event wait, ordinary work).
+        if task.arrive_ns >= stream.last_end_ns:
+            task.cause = "launch"  # the device had nothing queued: it waited for the host
+        elif stream.last_kind == WAIT and stream.last_cause == "event":
+            task.cause, task.producer = "event", stream.last_producer
+        elif stream.last_kind == MEMCPY:
+            task.cause = "copy"
+        else:
+            task.cause = "stream"
+        kind = task.kind
+        if kind == KERNEL:
+            stream.device.pools[task.kernel.core].submit(task)
+        elif kind == MEMCPY or kind == MEMSET:
+            self._task_started(task)
+            # A device-to-device copy reads and writes HBM: twice its size crosses the link.
+            moved = task.bytes * 2 if task.copy_kind == "D2D" else task.bytes
+            self.net.transfer(task.path, moved, self._task_finished, task)
+        elif kind == RECORD:
+            self._task_started(task)
+            ev = task.event
+            ev.done_seq = max(ev.done_seq, task.event_seq)
+            ev.done_ns = now
+            ev.producer = stream.last_kind or "none"
+            waiters, ev.waiters = ev.waiters, []
+            self._task_finished(task)
+            for w in waiters:
+                self._event_ready(w)
+        elif kind == WAIT:
+            ev = task.event
+            self._task_started(task)
+            if ev.done_seq >= task.event_seq:
+                task.extra = "satisfied"
+                self._task_finished(task)
+            else:
+                ev.waiters.append(task)
+        elif kind == COLLECTIVE:
+            self._task_started(task)
+            task.on_start(task)
+        else:  # pragma: no cover - every kind is handled above
+            raise AclError(E.ACL_ERROR_RT_INTERNAL_ERROR, f"unknown task kind {kind}")
+
+    def _event_ready(self, task: Task) -> None:
+        task.extra = "waited"
+        task.producer = task.event.producer
+        self._task_finished(task)
+
+    def _task_started(self, task: Task) -> None:
+        now = self.engine.now
+        task.start_ns = now
+        if now > task.ready_ns:
+            task.cause = "cores"
+        if self.sw.task_time and self.sw.runtime_api and task.kind is not RECORD and task.kind is not WAIT:
+            stream = task.stream
+            dev = stream.device
+            self.recorder.flows.extend((dev.rank, 1, now, dev.pid, stream.id, task.corr, dev.id, stream.id,
+                                        NULL if task.step is None else task.step))
+
+    def _task_finished(self, task: Task) -> None:
+        now = self.engine.now
+        task.end_ns = now
+        stream = task.stream
+        stream.queue.popleft()
+        stream.busy = False
+        stream.pending -= 1
+        stream.last_end_ns = now
+        stream.last_kind = task.kind
+        waited = task.kind == WAIT and task.extra == "waited"
+        stream.last_cause = "event" if waited else task.cause
+        stream.last_producer = task.producer
+        dev = stream.device
+        self.task_log.append((task.name, stream.id, task.start_ns, now))
+        self.gt_tasks.append((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
+                              task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
+                              task.queue_blocked_ns))
+        if self.sw.task_time:
+            self._record_task(task, now)
+            if self.queue_depth_counters:
+                self.recorder.counters.extend((dev.rank, dev.pid, stream.qname, now, stream.pending, U_DEPTH, dev.id,
+                                               stream.id, NULL))
+        self._advance(stream)
+
+    def _record_task(self, task: Task, end: int) -> None:
+        stream = task.stream
+        dev = stream.device
+        kind = task.kind
+        code = self.recorder.code
+        if kind is KERNEL:
+            k = task.kernel
+            row = (K_KERNEL, code(k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")), task.blocks,
+                   task.waves, NULL, NULL, NULL)
+        elif kind is MEMCPY:
+            row = (K_MEMCPY, code("MEMCPY_ASYNC"), NULL, NULL, task.bytes, code(task.copy_kind), NULL)
+        elif kind is MEMSET:
+            row = (K_MEMSET, code("MEMSET"), NULL, NULL, task.bytes, NULL, NULL)
+        elif kind is WAIT:
+            if task.extra != "waited":
+                return  # an already-satisfied wait takes no device time
+            row = (K_WAIT, code("EVENT_WAIT"), NULL, NULL, NULL, NULL, task.event.id)
+        elif kind is RECORD:
+            row = (K_RECORD, code("EVENT_RECORD"), NULL, NULL, NULL, NULL, task.event.id)
+        else:
+            args = task.extra if isinstance(task.extra, str) else \
+                '{"Task Type":"HCCL","Stream Id":%d,"Task Id":%d}' % (stream.id, task.corr)
+            self.recorder.rows.append((dev.rank, "X", task.name, None, task.start_ns, end - task.start_ns, dev.pid,
+                                       stream.id, None, args, None, "collective", dev.id, stream.id, task.corr,
+                                       task.bytes or None, None, None, task.step))
+            return
+        kcode, ttype, blocks, waves, nbytes, copy_kind, event_id = row
+        self.recorder.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
+                                    code(task.name), kcode, ttype, task.corr, blocks, waves, nbytes, copy_kind, event_id,
+                                    NULL if task.step is None else task.step))
+
+    def _link_rate(self, link: Link, now: int, bytes_per_ns: float) -> None:
+        if not self.sw.sys_hardware_mem:
+            return
+        self.recorder.name_process(0, LINKS_PID, "Links", sort=1000)
+        self.recorder.rows.append((0, "C", f"{link.name} GB/s", None, now, None, LINKS_PID, 0, None,
+                                   '{"GB/s":%.6g}' % bytes_per_ns, None, "counter", None, None, None, None, None,
+                                   float(bytes_per_ns), None))
+
+    # ================================================================ API: devices and streams
+    def set_device(self, device_id: int) -> None:
+        th = self._enter()
+        t0 = th.clock
+        dev = self.devices.get((th.rank, device_id))
+        if dev is None:
+            have = sorted(d for r, d in self.devices if r == th.rank)
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"device {device_id} does not exist (rank {th.rank} has {have})")
+        th.device = dev
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtSetDevice", t0)
+
+    def create_stream(self, priority: int = 0) -> Stream:
+        th = self._enter()
+        if not 0 <= priority <= 7:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"stream priority must be 0..7 (0 highest), got {priority}")
+        t0 = th.clock
+        stream = self._new_stream(self._device(th), priority)
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtCreateStream", t0, stream=stream)
+        return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        th = self._enter()
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        stream.destroyed = True
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtDestroyStream", t0, stream=stream)
+
+    # ================================================================ API: kernels and copies
+    def launch_kernel(self, kernel: Kernel, num_blocks: int, stream: Stream | None = None) -> int:
+        th = self._enter()
+        if not isinstance(kernel, Kernel):
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid kernel handle {kernel!r}")
+        if num_blocks <= 0:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"numBlocks must be positive, got {num_blocks}")
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        task = self._new_task(KERNEL, kernel.name, stream, t0)
+        task.kernel, task.blocks, task.remaining = kernel, num_blocks, num_blocks
+        self._launch(th, task, "aclrtLaunchKernel", t0, blocks=num_blocks)
+        return task.corr
+
+    def memcpy_async(self, dst: Any, dest_max: int, src: Any, count: int, kind: int, stream: Stream | None = None) -> int:
+        th = self._enter()
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        task, pageable = self._copy_task(th, dst, dest_max, src, count, kind, stream, t0)
+        if task is None:
+            th.clock += int(count / HOST_MEMCPY_GBPS)
+            self._api(th, "aclrtMemcpyAsync", t0, nbytes=count)
+            return 0
+        self._launch(th, task, "aclrtMemcpyAsync", t0)
+        if pageable:
+            # From pageable host memory the call returns only when the copy is done.
+            start = th.clock
+            self.coord.block(th, lambda: task.end_ns >= 0, f"pageable copy {task.corr}")
+            self.gt_host_blocks.append((th.rank, th.tid, start, th.clock, "pageable_copy", stream.id, task.corr))
+        return task.corr
+
+    def memcpy(self, dst: Any, dest_max: int, src: Any, count: int, kind: int) -> None:
+        th = self._enter()
+        dev = self._device(th)
+        stream = dev.default_stream
+        t0 = th.clock
+        task, _ = self._copy_task(th, dst, dest_max, src, count, kind, stream, t0)
+        if task is None:
+            th.clock += int(count / HOST_MEMCPY_GBPS)
+            self._api(th, "aclrtMemcpy", t0, "sync", nbytes=count)
+            return
+        self._launch(th, task, "aclrtMemcpy", t0, kind="sync")
+        start = th.clock
+        self.coord.block(th, lambda: task.end_ns >= 0, f"copy {task.corr}")
+        self.gt_host_blocks.append((th.rank, th.tid, start, th.clock, "sync_copy", stream.id, task.corr))
+
+    def _copy_task(self, th: HostThread, dst: Any, dest_max: int, src: Any, count: int, kind: int,
+                   stream: Stream, t0: int) -> tuple[Task | None, bool]:
+        if count < 0 or count > dest_max:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"copy of {count} bytes into a destination of {dest_max} bytes")
+        dev = stream.device
+        src_dev, dst_dev = self._is_device_ptr(dev, src), self._is_device_ptr(dev, dst)
+        expect = {MEMCPY_HOST_TO_HOST: (False, False), MEMCPY_HOST_TO_DEVICE: (False, True),
+                  MEMCPY_DEVICE_TO_HOST: (True, False), MEMCPY_DEVICE_TO_DEVICE: (True, True)}
+        if kind not in expect:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"unknown memcpy kind {kind}")
+        if (src_dev, dst_dev) != expect[kind]:
+            where = lambda d: "device" if d else "host"  # noqa: E731
+            raise AclError(E.ACL_ERROR_INVALID_PARAM,
+                           f"memcpy kind {kind} ({_COPY_NAMES.get(kind, 'H2H')}) but src is {where(src_dev)} "
+                           f"memory and dst is {where(dst_dev)} memory")
+        if kind == MEMCPY_HOST_TO_HOST:
+            return None, False
+        host_side = src if kind == MEMCPY_HOST_TO_DEVICE else dst
+        pageable = kind != MEMCPY_DEVICE_TO_DEVICE and not self._is_pinned(host_side)
+        name = f"MEMCPY_ASYNC {_COPY_NAMES[kind]}"
+        task = self._new_task(MEMCPY, name, stream, t0)
+        task.copy_kind = _COPY_NAMES[kind]
+        task.bytes = count
+        if kind == MEMCPY_HOST_TO_DEVICE:
+            task.path = (dev.pcie_h2d,)
+        elif kind == MEMCPY_DEVICE_TO_HOST:
+            task.path = (dev.pcie_d2h,)
+        else:
+            task.path = (dev.hbm,)
+        return task, pageable
+
+    def memset_async(self, dev_ptr: int, max_count: int, value: int, count: int, stream: Stream | None = None) -> int:
+        th = self._enter()
+        stream = self._check_stream(th, stream)
+        if count > max_count:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"memset of {count} bytes into {max_count} bytes")
+        if not self._is_device_ptr(stream.device, dev_ptr):
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"memset target {dev_ptr!r} is not device memory")
+        t0 = th.clock
+        task = self._new_task(MEMSET, "MEMSET", stream, t0)
+        task.bytes = count
+        task.path = (stream.device.hbm,)
+        self._launch(th, task, "aclrtMemsetAsync", t0)
+        return task.corr
+
+    def _is_device_ptr(self, dev: Device, ptr: Any) -> bool:
+        return isinstance(ptr, int) and ptr < PINNED_BASE and ptr >= 0x1_0000_0000
+
+    def _is_pinned(self, ptr: Any) -> bool:
+        return isinstance(ptr, int) and ptr >= PINNED_BASE
+
+    # ================================================================ API: events and synchronisation
+    def create_event(self) -> Event:
+        th = self._enter()
+        t0 = th.clock
+        self._next_event += 1
+        ev = Event(self._next_event, self._device(th))
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtCreateEvent", t0)
+        return ev
+
+    def destroy_event(self, event: Event) -> None:
+        th = self._enter()
+        self._check_event(event)
+        t0 = th.clock
+        event.destroyed = True
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtDestroyEvent", t0)
+
+    def _check_event(self, event: Any) -> Event:
+        if not isinstance(event, Event):
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid event handle {event!r}")
+        if event.destroyed:
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"event {event.id} was destroyed")
+        return event
+
+    def record_event(self, event: Event, stream: Stream | None = None) -> None:
+        th = self._enter()
+        event = self._check_event(event)
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        event.record_seq += 1
+        task = self._new_task(RECORD, "EVENT_RECORD", stream, t0)
+        task.event, task.event_seq = event, event.record_seq
+        self._launch(th, task, "aclrtRecordEvent", t0)
+
+    def stream_wait_event(self, stream: Stream | None, event: Event) -> None:
+        th = self._enter()
+        event = self._check_event(event)
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        task = self._new_task(WAIT, "EVENT_WAIT", stream, t0)
+        # Waits for the latest record issued before this call; none issued: nothing to wait for.
+        task.event, task.event_seq = event, event.record_seq
+        self._launch(th, task, "aclrtStreamWaitEvent", t0)
+
+    def synchronize_event(self, event: Event) -> None:
+        th = self._enter()
+        event = self._check_event(event)
+        t0 = th.clock
+        target = event.record_seq
+        self.coord.block(th, lambda: event.done_seq >= target, f"event {event.id} is never reached")
+        self._sync_done(th, t0, "aclrtSynchronizeEvent", None)
+
+    def synchronize_stream(self, stream: Stream | None = None) -> None:
+        th = self._enter()
+        stream = self._check_stream(th, stream)
+        t0 = th.clock
+        self.coord.block(th, lambda: stream.pending == 0, f"stream {stream.id} never drains")
+        self._sync_done(th, t0, "aclrtSynchronizeStream", stream)
+
+    def synchronize_device(self) -> None:
+        th = self._enter()
+        dev = self._device(th)
+        t0 = th.clock
+        streams = list(dev.streams.values())
+        self.coord.block(th, lambda: all(s.pending == 0 for s in streams), f"device {dev.id} never drains")
+        self._sync_done(th, t0, "aclrtSynchronizeDevice", None)
+
+    def _sync_done(self, th: HostThread, t0: int, name: str, stream: Stream | None) -> None:
+        if th.clock > t0:
+            self.gt_host_blocks.append((th.rank, th.tid, t0, th.clock, "sync", stream.id if stream else None, None))
+        th.clock += self.preset.sync_overhead_ns
+        self._api(th, name, t0, "sync", stream=stream)
+
+    # ================================================================ API: memory
+    def malloc(self, size: int, policy: int = 0) -> int:
+        from runtime_emu.memory import MallocPolicy, OutOfMemory
+
+        th = self._enter()
+        dev = self._device(th)
+        t0 = th.clock
+        try:
+            alloc = dev.memory.malloc(size, MallocPolicy(policy))
+        except OutOfMemory as exc:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, str(exc)) from None
+        except ValueError as exc:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, str(exc)) from None
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtMalloc", t0, nbytes=alloc.bytes)
+        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "aclrtMalloc", dev.memory.used_bytes, None)
+        return alloc.addr
+
+    def free(self, ptr: int) -> None:
+        from runtime_emu.memory import InvalidPointer
+
+        th = self._enter()
+        dev = self._device(th)
+        t0 = th.clock
+        try:
+            alloc = dev.memory.free(ptr)
+        except InvalidPointer as exc:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, str(exc)) from None
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtFree", t0, nbytes=alloc.bytes)
+        self._mem_event(th, dev, "free", alloc.addr, alloc.bytes, "aclrtFree", dev.memory.used_bytes, None)
+
+    def malloc_host(self, size: int) -> int:
+        th = self._enter()
+        if size <= 0:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"size must be positive, got {size}")
+        t0 = th.clock
+        ptr = self._pinned_next
+        self._pinned_next += (size + 63) // 64 * 64 + 64
+        self._pinned[ptr] = size
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtMallocHost", t0, nbytes=size)
+        return ptr
+
+    def free_host(self, ptr: int) -> None:
+        th = self._enter()
+        if ptr not in self._pinned:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, f"free of unknown host pointer {ptr:#x}" if isinstance(ptr, int)
+                           else f"free of unknown host pointer {ptr!r}")
+        t0 = th.clock
+        del self._pinned[ptr]
+        th.clock += self.api_overhead_ns
+        self._api(th, "aclrtFreeHost", t0)
+
+    def cached_malloc(self, size: int, stream: Stream | None = None) -> int:
+        """Framework-level allocation through the caching allocator (as torch_npu does)."""
+        from runtime_emu.memory import OutOfMemory
+
+        th = self._enter()
+        dev = self._device(th)
+        stream = self._check_stream(th, stream)
+        cache = self._cache(dev)
+        try:
+            alloc = cache.malloc(size, stream.id)
+        except OutOfMemory as exc:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, str(exc)) from None
+        th.clock += self.api_overhead_ns
+        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "caching", cache.allocated_bytes, cache.reserved_bytes)
+        return alloc.addr
+
+    def cached_free(self, ptr: int) -> None:
+        from runtime_emu.memory import InvalidPointer
+
+        th = self._enter()
+        dev = self._device(th)
+        cache = self._cache(dev)
+        try:
+            alloc = cache.free(ptr)
+        except InvalidPointer as exc:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, str(exc)) from None
+        th.clock += self.api_overhead_ns
+        self._mem_event(th, dev, "free", alloc.addr, alloc.bytes, "caching", cache.allocated_bytes, cache.reserved_bytes)
+
+    def empty_cache(self) -> int:
+        th = self._enter()
+        dev = self._device(th)
+        t0 = th.clock
+        released = self._cache(dev).empty_cache()
+        th.clock += self.api_overhead_ns
+        self._api(th, "empty_cache", t0, nbytes=released)
+        cache = dev.caching
+        self._memory_counters(th, dev, cache.allocated_bytes, cache.reserved_bytes)
+        return released
+
+    def _cache(self, dev: Device):
+        if dev.caching is None:
+            from runtime_emu.caching import CachingAllocator
+
+            dev.caching = CachingAllocator(dev.memory)
+        return dev.caching
+
+    def _mem_event(self, th: HostThread, dev: Device, kind: str, addr: int, nbytes: int, source: str,
+                   allocated: int, reserved: int | None) -> None:
+        if not self.sw.memory:
+            return
+        self.recorder.rows.append((th.rank, "i", "[memory]", "memory", th.clock, None, host_pid(th.rank), th.tid, None,
+                                   '{"Addr":%d,"Bytes":%d,"Total Allocated":%d,"Device Id":%d,"Allocator":"%s"}' % (
+                                       addr, nbytes if kind == "alloc" else -nbytes, allocated, dev.id, source),
+                                   '{"s":"t"}', kind, dev.id, None, None, nbytes, addr, float(allocated), th.step))
+        self._memory_counters(th, dev, allocated, reserved)
+
+    def _memory_counters(self, th: HostThread, dev: Device, allocated: int, reserved: int | None) -> None:
+        if not self.sw.memory:
+            return
+        add = self.recorder.counters.extend
+        code = self.recorder.code
+        step = NULL if th.step is None else th.step
+        add((dev.rank, dev.pid, code("Device memory allocated"), th.clock, allocated, U_BYTES, dev.id, NULL, step))
+        if reserved is not None:
+            add((dev.rank, dev.pid, code("Device memory reserved"), th.clock, reserved, U_BYTES, dev.id, NULL, step))
+
+    # ================================================================ API: steps, host work
+    @contextlib.contextmanager
+    def step(self) -> Iterator[int]:
+        """Mark one training/inference iteration (recorded as `ProfilerStep#N`)."""
+        th = self._enter()
+        n = self._step_next[th.tid]
+        self._step_next[th.tid] = n + 1
+        t0 = th.clock
+        outer, th.step = th.step, n
+        try:
+            yield n
+        finally:
+            th.step = outer
+            self.recorder.rows.append((th.rank, "X", f"ProfilerStep#{n}", "user_annotation", t0, th.clock - t0,
+                                       host_pid(th.rank), th.tid, None, None, None, "step", None, None, None, None,
+                                       None, None, n))
+
+    def host_work(self, name: str, duration_ns: int) -> None:
+        """Host-side computation (preprocessing, NMS...): the thread is busy for duration_ns."""
+        th = self._enter()
+        if duration_ns < 0:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"duration must be >= 0, got {duration_ns}")
+        t0 = th.clock
+        th.clock += int(duration_ns)
+        if self.sw.runtime_api:
+            self.recorder.rows.append((th.rank, "X", name, "cpu_op", t0, th.clock - t0, host_pid(th.rank), th.tid,
+                                       None, None, None, "api", None, None, None, None, None, None, th.step))
+
+    def now(self) -> int:
+        """The calling thread's virtual time (ns)."""
+        return self.coord.current().clock
+
+    # ================================================================ finishing
+    def finish(self) -> EmuResult:
+        """Wait for all device work, then build the trace table and the ground truth."""
+        th = self.coord.current()
+        if self.finished:
+            raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was already finalized")
+        others = [t for t in self.coord.order if t is not th]
+        if any(t.state != "done" for t in others):
+            self.coord.enter(th)
+            self.coord.block(th, lambda: all(t.state == "done" for t in others), "host threads never finish")
+        self.engine.run()
+        self.finished = True
+        end = max([self.engine.now] + [t.clock for t in self.coord.order])
+        meta = TraceMeta(origin_ns=0, source_format="emulator", producer="msprof-py runtime_emu",
+                         world_size=self.world_size,
+                         extra={"seed": self.seed, "preset": _preset_dict(self.preset), "end_ns": end})
+        trace = self.recorder.to_trace(meta)
+        return EmuResult(trace=trace, ground_truth=self.ground_truth())
+
+    def ground_truth(self) -> dict[str, Any]:
+        cols = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "arrive_ns", "ready_ns",
+                "start_ns", "end_ns", "cause", "producer", "queue_blocked_ns")
+        tasks = {c: list(v) for c, v in zip(cols, zip(*self.gt_tasks))} if self.gt_tasks else {c: [] for c in cols}
+        hcols = ("rank", "thread", "start_ns", "end_ns", "reason", "stream", "corr")
+        blocks = ({c: list(v) for c, v in zip(hcols, zip(*self.gt_host_blocks))} if self.gt_host_blocks
+                  else {c: [] for c in hcols})
+        return {"schema": 1, "seed": self.seed, "problems": list(self.problems), "tasks": tasks, "host_blocks": blocks}
+
+
+def _preset_dict(p: Preset) -> dict[str, Any]:
+    return {k: getattr(p, k) for k in p.__dataclass_fields__ if k != "extra"}
