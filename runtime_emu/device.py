@@ -162,9 +162,25 @@ class CorePool:
 
     def _blocks_done(self, done: tuple[Task, int]) -> None:
         task, count = done
-        self.free += count
         task.cores -= count
-        if not task.remaining and not task.cores:
+        remaining = task.remaining
+        if remaining and not self.preemption and not self.batch_mode and self.waiting[0][3] is task:
+            # Run to completion: the started kernel at the head of the line takes the cores it
+            # just freed straight back (the common case; no heap traffic).
+            grant = count if count < remaining else remaining
+            task.remaining = remaining - grant
+            task.cores += grant
+            task.waves += 1
+            if not task.remaining:
+                heappop(self.waiting)
+            self.free += count - grant
+            rt = self.device.rt
+            rt.engine.after(task.kernel.block_ns, self._blocks_done, (task, grant))
+            if self.free:
+                self.dispatch()
+            return
+        self.free += count
+        if not remaining and not task.cores:
             self.device.rt._task_finished(task)
         self.dispatch()
 

@@ -45,20 +45,18 @@ class Coordinator:
         self.order: list[HostThread] = []
         self.cv = threading.Condition()
         self.baton: HostThread | None = None
+        self.live = 0  # threads not DONE
 
     @property
     def single(self) -> bool:
         """Only one live host thread: it drives the engine directly, no turn-taking."""
-        live = 0
-        for t in self.order:
-            if t.state != DONE:
-                live += 1
-        return live <= 1
+        return self.live <= 1
 
     def register(self, ident: int, clock: int, rank: int = 0) -> HostThread:
         th = HostThread(ident, len(self.order) + 1, clock, rank)
         self.threads[ident] = th
         self.order.append(th)
+        self.live += 1
         return th
 
     def current(self) -> HostThread:
@@ -96,15 +94,20 @@ class Coordinator:
 
     def finish_thread(self, th: HostThread) -> None:
         with self.cv:
-            th.state = DONE
+            self._done(th)
             self._schedule()
+
+    def _done(self, th: HostThread) -> None:
+        if th.state != DONE:
+            th.state = DONE
+            self.live -= 1
 
     def _wait(self, th: HostThread) -> None:
         while self.baton is not th and th.error is None:
             self.cv.wait()
         if th.error is not None:
             err, th.error = th.error, None
-            th.state = DONE
+            self._done(th)
             raise err
         th.state = RUNNING
 

@@ -12,6 +12,7 @@ import contextlib
 import random
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 from msprof_py.trace.schema import Trace, TraceMeta
@@ -66,6 +67,20 @@ class EmuResult:
 
     trace: Trace
     ground_truth: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write `trace/` (Parquet, partitioned by rank) and `ground_truth.json` into directory."""
+        import msgspec
+
+        from msprof_py.trace import write_trace
+        from msprof_py.trace.atomic import atomic_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_trace(self.trace, directory / "trace")
+        with atomic_file(directory / "ground_truth.json") as tmp:
+            tmp.write_bytes(msgspec.json.encode(self.ground_truth))
+        return directory
 
 
 class Runtime:

@@ -344,3 +344,19 @@ def test_recorded_trace_links_launches_tasks_and_counts_queue_depth():
     assert list(zip(depth.ts, depth.value)) == [(1_200, 1.0), (2_200, 2.0), (11_700, 1.0), (21_700, 0.0)]
     names = df[df.ph == "M"]
     assert {"Ascend Hardware", "CANN"} <= {__import__("json").loads(a)["name"] for a in names[names.name == "process_name"].args}
+
+
+def test_result_saves_trace_and_ground_truth(tmp_path):
+    import json
+
+    from msprof_py.trace import read_trace
+
+    rt = new()
+    s = rt.create_stream()
+    rt.launch_kernel(K, 4, s)
+    result = rt.finish()
+    out = result.save(tmp_path / "emu")
+    assert read_trace(out / "trace").table.equals(result.trace.table)
+    gt = json.loads((out / "ground_truth.json").read_text())
+    assert gt["tasks"]["name"] == ["k"] and gt["tasks"]["cause"] == ["launch"]
+    assert gt["tasks"]["start_ns"] == [1_700] and gt["problems"] == []
