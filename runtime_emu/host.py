@@ -1,15 +1,18 @@
 """Host threads with virtual clocks, run one at a time in virtual-time order.
 
-Each host thread has its own clock. A runtime call first waits until its thread is the
-earliest runnable one (ties by creation order) and the device has been simulated up to
-that time, so several OS threads give the same trace on every run. With a single host
-thread none of this costs anything: the thread simply drives the engine.
+Each host thread (and each rank of a multi-rank job) is a greenlet with its own clock. A
+runtime call first lets the earliest runnable thread go (ties by creation order), with the
+device simulated up to that time in between, so a program gives the same trace on every run.
+Switching greenlets costs well under a microsecond, so a 16-rank job interleaves its ranks at
+every call without real threads. With one live host thread none of this costs anything: the
+thread simply drives the engine.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, Callable
+
+import greenlet
 
 from runtime_emu.errors import ACL_ERROR_RT_INTERNAL_ERROR, AclError, Deadlock
 
@@ -20,10 +23,10 @@ READY, RUNNING, BLOCKED, DONE = "ready", "running", "blocked", "done"
 
 
 class HostThread:
-    __slots__ = ("ident", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name")
+    __slots__ = ("glet", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name")
 
-    def __init__(self, ident: int, tid: int, clock: int, rank: int = 0) -> None:
-        self.ident = ident
+    def __init__(self, glet: Any, tid: int, clock: int, rank: int = 0) -> None:
+        self.glet = glet
         self.tid = tid
         self.clock = clock
         self.state = RUNNING
@@ -41,10 +44,8 @@ class Coordinator:
 
     def __init__(self, rt: "Runtime") -> None:
         self.rt = rt
-        self.threads: dict[int, HostThread] = {}
+        self.threads: dict[Any, HostThread] = {}
         self.order: list[HostThread] = []
-        self.cv = threading.Condition()
-        self.baton: HostThread | None = None
         self.live = 0  # threads not DONE
 
     @property
@@ -52,15 +53,16 @@ class Coordinator:
         """Only one live host thread: it drives the engine directly, no turn-taking."""
         return self.live <= 1
 
-    def register(self, ident: int, clock: int, rank: int = 0) -> HostThread:
-        th = HostThread(ident, len(self.order) + 1, clock, rank)
-        self.threads[ident] = th
+    def register(self, glet: Any, clock: int, rank: int = 0) -> HostThread:
+        tid = sum(1 for t in self.order if t.rank == rank) + 1
+        th = HostThread(glet, tid, clock, rank)
+        self.threads[glet] = th
         self.order.append(th)
         self.live += 1
         return th
 
     def current(self) -> HostThread:
-        th = self.threads.get(threading.get_ident())
+        th = self.threads.get(greenlet.getcurrent())
         if th is None:
             raise AclError(ACL_ERROR_RT_INTERNAL_ERROR,
                            "runtime call from a thread the runtime does not know; start host threads with "
@@ -70,131 +72,130 @@ class Coordinator:
     # ---------------------------------------------------------------- turns
     def enter(self, th: HostThread) -> None:
         """Called at every runtime call: wait for this thread's turn at its clock."""
-        if self.single:
+        if self.live <= 1:
             self.rt.engine.run_until(th.clock)
             return
-        with self.cv:
-            th.state = READY
-            self._schedule()
-            self._wait(th)
+        th.state = READY
+        self._hand_over(th)
 
     def block(self, th: HostThread, pred: Callable[[], bool], what: str) -> None:
         """Block until pred() holds; the thread's clock moves to the moment it does."""
         engine = self.rt.engine
-        if self.single:
+        if self.live <= 1:
             if not engine.run_while(lambda: not pred()):
                 raise Deadlock(f"host thread {th.tid} waits forever: {what} (no device work left that could end it)")
             if engine.now > th.clock:
                 th.clock = engine.now
             return
-        with self.cv:
-            th.state, th.pred, th.what = BLOCKED, pred, what
-            self._schedule()
-            self._wait(th)
+        th.state, th.pred, th.what = BLOCKED, pred, what
+        self._hand_over(th)
 
-    def finish_thread(self, th: HostThread) -> None:
-        with self.cv:
-            self._done(th)
-            self._schedule()
+    def finish_thread(self, th: HostThread) -> Any:
+        """Mark th done and return the greenlet that runs next (the caller switches to it)."""
+        self._done(th)
+        nxt = self._pick()
+        return nxt.glet if nxt is not None else None
 
     def _done(self, th: HostThread) -> None:
         if th.state != DONE:
             th.state = DONE
             self.live -= 1
 
-    def _wait(self, th: HostThread) -> None:
-        while self.baton is not th and th.error is None:
-            self.cv.wait()
+    def _hand_over(self, th: HostThread) -> None:
+        nxt = self._pick()
+        if nxt is not th and nxt is not None:
+            nxt.glet.switch()
         if th.error is not None:
             err, th.error = th.error, None
-            self._done(th)
             raise err
         th.state = RUNNING
 
-    def _schedule(self) -> None:
-        """Pick who runs next, simulating the device in between. Caller holds the cv."""
+    def _pick(self) -> HostThread | None:
+        """Simulate the device until a host thread can run; return the earliest one."""
         engine = self.rt.engine
-        self.baton = None
         while True:
-            for b in self.order:
-                if b.state == BLOCKED and b.pred():
-                    b.state, b.pred = READY, None
-                    if engine.now > b.clock:
-                        b.clock = engine.now
-            ready = [t for t in self.order if t.state == READY]
+            first = None
+            for t in self.order:
+                if t.state == BLOCKED and t.pred():
+                    t.state, t.pred = READY, None
+                    if engine.now > t.clock:
+                        t.clock = engine.now
+                if t.state == READY and (first is None or t.clock < first.clock):
+                    first = t
             nxt = engine.next_time()
-            first = min(ready, key=lambda t: (t.clock, t.tid)) if ready else None
             if nxt is not None and (first is None or nxt <= first.clock):
                 engine.step()
                 continue
             if first is None:
                 blocked = [t for t in self.order if t.state == BLOCKED]
-                for b in blocked:
-                    b.error = Deadlock(f"host thread {b.tid} waits forever: {b.what}")
-                self.cv.notify_all()
-                return
+                if not blocked:
+                    return None
+                for b in blocked:  # nothing can wake them: each raises Deadlock where it waits
+                    b.error = Deadlock(f"host thread {b.tid} (rank {b.rank}) waits forever: {b.what}")
+                    b.state = READY
+                return blocked[0]
             engine.run_until(first.clock)
-            self.baton = first
-            self.cv.notify_all()
-            return
+            first.state = RUNNING
+            return first
 
 
-class Thread(threading.Thread):
-    """A host thread of an emulated program (use it instead of threading.Thread)."""
+class Thread:
+    """A host thread of an emulated program (in place of threading.Thread).
+
+    `rank` puts the thread in another rank of a multi-rank job (default: the creator's rank).
+    """
 
     def __init__(self, target: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
-                 name: str | None = None) -> None:
-        super().__init__(target=target, args=args, kwargs=kwargs or {}, name=name, daemon=True)
-        from runtime_emu import acl
+                 name: str | None = None, rank: int | None = None, runtime: "Runtime | None" = None) -> None:
+        if runtime is None:
+            from runtime_emu import acl
 
-        self._rt = acl.current()
+            runtime = acl.current()
+        self._rt = runtime
+        self._target, self._args, self._kwargs = target, args, kwargs or {}
+        self.name = name
+        self._rank = rank
         self._host: HostThread | None = None
         self._exc: BaseException | None = None
+        self._result: Any = None
 
     def start(self) -> None:
         rt = self._rt
-        parent = rt.coord.current()
-        rt.coord.enter(parent)
-        parent.clock += rt.api_overhead_ns
-        self._started_at = parent.clock
-        self._parent = parent
-        super().start()
-        # The new thread registers itself; wait until it has, so the schedule knows it.
-        while self._host is None:
-            self._ready.wait()
-
-    def run(self) -> None:  # noqa: D401 - threading API
-        rt = self._rt
         coord = rt.coord
-        with coord.cv:
-            host = coord.register(threading.get_ident(), self._started_at, self._parent.rank)
-            host.state = READY
-            host.device = self._parent.device  # the device context is inherited, for convenience
-            self._host = host
-        self._ready.set()
+        parent = rt._enter()
+        parent.clock += rt.api_overhead_ns
+        glet = greenlet.greenlet(self._run)
+        rank = parent.rank if self._rank is None else self._rank
+        host = coord.register(glet, parent.clock, rank)
+        host.state = READY
+        if rank == parent.rank:
+            host.device = parent.device  # the device context is inherited, for convenience
+        if self.name:
+            host.name = self.name
+        self._host = host
+
+    def _run(self) -> Any:
+        coord = self._rt.coord
+        host = self._host
         try:
-            with coord.cv:
-                coord._wait(self._host)
-            super().run()
+            self._result = self._target(*self._args, **self._kwargs)
         except BaseException as exc:  # reported by join()
             self._exc = exc
-        finally:
-            coord.finish_thread(self._host)
+        nxt = coord.finish_thread(host)
+        if nxt is not None:
+            greenlet.getcurrent().parent = nxt  # returning resumes the next thread
+        return None
 
-    def join(self, timeout: float | None = None) -> None:
+    def join(self) -> Any:
+        if self._host is None:
+            raise RuntimeError("join() of a thread that was never started")
         rt = self._rt
-        coord = rt.coord
-        me = coord.current()
-        coord.enter(me)
-        coord.block(me, lambda: self._host is not None and self._host.state == DONE,
-                    f"join of host thread {self._host.tid if self._host else '?'}")
-        super().join(timeout)
+        me = rt._enter()
+        host = self._host
+        rt.coord.block(me, lambda: host.state == DONE, f"join of host thread {host.tid}")
         if self._exc is not None:
             raise self._exc
+        return self._result
 
-    @property
-    def _ready(self) -> threading.Event:
-        ev = self.__dict__.get("_ready_ev")
-        if ev is None:
-            ev = self.__dict__["_ready_ev"] = threading.Event()
-        return ev
+    def is_alive(self) -> bool:
+        return self._host is not None and self._host.state != DONE

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+import greenlet
 
 from msprof_py.trace.schema import Trace, TraceMeta
 from runtime_emu import errors as E
@@ -52,6 +53,7 @@ from runtime_emu.recorder import (
     device_pid,
     host_pid,
 )
+from runtime_emu.topology import Topology
 
 # aclrtMemcpyKind
 MEMCPY_HOST_TO_HOST, MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
@@ -87,8 +89,8 @@ class Runtime:
     """One emulated job: devices (per rank), host threads, the engine and the recorder."""
 
     def __init__(self, *, seed: int = 0, preset: "str | Preset" = "910B3", devices: int = 1, ranks: int = 1,
-                 switches: Switches | None = None, preemption: bool = False, batch_mode: bool = False,
-                 queue_depth_counters: bool = True) -> None:
+                 topology: "Topology | None" = None, switches: Switches | None = None, preemption: bool = False,
+                 batch_mode: bool = False, queue_depth_counters: bool = True) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.engine = Engine()
@@ -97,12 +99,22 @@ class Runtime:
         self.sw = self.recorder.switches
         self.preset = get_preset(preset)
         self.coord = Coordinator(self)
-        self.coord.register(threading.get_ident(), 0)
+        self.coord.register(greenlet.getcurrent(), 0)
         self.devices: dict[tuple[int, int], Device] = {}
-        self.world_size = ranks
-        for rank in range(ranks):
-            for d in range(devices):
-                self._add_device(rank, d, self.preset, preemption, batch_mode)
+        self.topology = topology
+        if topology is not None:
+            # One process per NPU, as HCCL jobs run: rank r drives device r % devices_per_server.
+            self.world_size = topology.world_size
+            for rank in range(self.world_size):
+                self._add_device(rank, topology.local_of(rank), self.preset, preemption, batch_mode)
+            topology.attach(self)
+        else:
+            self.world_size = ranks
+            for rank in range(ranks):
+                for d in range(devices):
+                    self._add_device(rank, d, self.preset, preemption, batch_mode)
+        #: Collective-communication state (communicators, in-flight collectives), set by hccl.
+        self.hccl: Any = None
         self.queue_depth_counters = queue_depth_counters
         self._corr = 0
         self._next_event = 0
@@ -332,12 +344,8 @@ class Runtime:
             row = (K_WAIT, code("EVENT_WAIT"), NULL, NULL, NULL, NULL, task.event.id)
         elif kind is RECORD:
             row = (K_RECORD, code("EVENT_RECORD"), NULL, NULL, NULL, NULL, task.event.id)
-        else:
-            args = task.extra if isinstance(task.extra, str) else \
-                '{"Task Type":"HCCL","Stream Id":%d,"Task Id":%d}' % (stream.id, task.corr)
-            self.recorder.rows.append((dev.rank, "X", task.name, None, task.start_ns, end - task.start_ns, dev.pid,
-                                       stream.id, None, args, None, "collective", dev.id, stream.id, task.corr,
-                                       task.bytes or None, None, None, task.step))
+        else:  # a collective records its own rows (waiting and transfer parts)
+            task.extra.record(self, task, end)
             return
         kcode, ttype, blocks, waves, nbytes, copy_kind, event_id = row
         self.recorder.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
@@ -706,6 +714,20 @@ class Runtime:
         """The calling thread's virtual time (ns)."""
         return self.coord.current().clock
 
+    def rank(self) -> int:
+        """The rank the calling host thread belongs to."""
+        return self.coord.current().rank
+
+    def run_ranks(self, program: Any, *args: Any) -> list[Any]:
+        """Run program(rank, *args) once per rank, each on its own host thread; return the results."""
+        from runtime_emu.host import Thread
+
+        threads = [Thread(program, (rank, *args), rank=rank, name=f"rank {rank}", runtime=self)
+                   for rank in range(self.world_size)]
+        for t in threads:
+            t.start()
+        return [t.join() for t in threads]
+
     # ================================================================ finishing
     def finish(self) -> EmuResult:
         """Wait for all device work, then build the trace table and the ground truth."""
@@ -719,9 +741,11 @@ class Runtime:
         self.engine.run()
         self.finished = True
         end = max([self.engine.now] + [t.clock for t in self.coord.order])
+        extra = {"seed": self.seed, "preset": _preset_dict(self.preset), "end_ns": end}
+        if self.topology is not None:
+            extra["topology"] = self.topology.describe()
         meta = TraceMeta(origin_ns=0, source_format="emulator", producer="msprof-py runtime_emu",
-                         world_size=self.world_size,
-                         extra={"seed": self.seed, "preset": _preset_dict(self.preset), "end_ns": end})
+                         world_size=self.world_size, extra=extra)
         trace = self.recorder.to_trace(meta)
         return EmuResult(trace=trace, ground_truth=self.ground_truth())
 
