@@ -129,11 +129,17 @@ def test_kineto_device_rows_carry_stream_device_corr_bytes(real_traces, rel):
 
 
 def test_kineto_launches_link_to_their_kernels(real_traces):
+    events, _doc = raw_json(real_traces / "kineto/queue_16rank_rank0.json.gz")
     trace = imported(real_traces, "kineto/queue_16rank_rank0.json.gz")
     df = trace.to_pandas()
     launches = df[df.kind == "launch"]
     dev = df[df.kind.isin(["kernel", "memcpy", "memset", "collective"])]
-    assert len(launches) == 6600
+    device_corr = {e["args"]["correlation"] for e in events
+                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"}
+    single = {"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync"}
+    expected = [e for e in events if e.get("cat") == "cuda_runtime" and e["name"] in single
+                and e["args"].get("correlation") in device_corr]
+    assert len(launches) == len(expected) == 6530  # the 70 cudaGraphLaunch calls stay "api"
     assert set(launches["corr"]) <= set(dev["corr"])
     # Every device row that has a launch in the trace got the step of that launch.
     merged = dev.merge(launches[["corr", "step"]], on="corr", suffixes=("", "_launch"))

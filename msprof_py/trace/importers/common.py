@@ -158,6 +158,16 @@ def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str,
                 for i, out in enumerate(keys)}
 
 
+def float_args(raw: RawEvents, idx: np.ndarray, key: str) -> np.ndarray:
+    """A numeric arg of rows `idx` as float64 (NaN where absent or not a number)."""
+    if not len(idx):
+        return np.zeros(0)
+    struct = msgspec.defstruct("FloatArg", [("v", Any, msgspec.field(default=None, name=key))], gc=False)
+    rows = msgspec.json.decode(raw.args_array_json(idx), type=list[struct])
+    return np.array([r.v if isinstance(r.v, (int, float)) and not isinstance(r.v, bool) else np.nan for r in rows],
+                    dtype=np.float64)
+
+
 def decode_args_texts(texts: list[str], struct: type) -> list[Any]:
     dec = msgspec.json.Decoder(struct)
     out = []

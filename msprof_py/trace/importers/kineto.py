@@ -19,6 +19,11 @@ _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _HOST_API_CATS = ("cpu_op", "python_function", "cuda_runtime", "cuda_driver", "user_annotation",
                   "cpu_instant_event", "Runtime", "Operator")
 _COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
+_SINGLE_TASK_LAUNCHES = (
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
+    "cudaMemsetAsync", "cudaMemcpy2DAsync", "cudaMemcpyPeerAsync", "cudaMemsetD32Async", "hipLaunchKernel",
+    "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream",
+)
 
 
 def looks_like(raw: RawEvents) -> bool:
@@ -51,6 +56,10 @@ def derive(raw: RawEvents) -> Typed:
     t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
     t.set("corr", dev, dargs["corr"])
     t.set("bytes", dev, dargs["bytes"])
+    # Kineto computes a copy's bandwidth from its exact duration; the event's `dur` may be
+    # rounded to microseconds, so keep the profiler's figure as the row's value.
+    copies = dev[raw.is_in("cat", ("gpu_memcpy", "gpu_memset"))[dev]]
+    t.set("value", copies, common.float_args(raw, copies, "memory bandwidth (GB/s)"))
     cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
     kinds = kind_codes(len(dev), "marker")
     kinds[cat_dev == "kernel"] = CODE["kernel"]
@@ -69,10 +78,17 @@ def derive(raw: RawEvents) -> Typed:
     host_api = np.flatnonzero(is_x & raw.is_in("cat", _HOST_API_CATS))
     t.kind[host_api] = "api"
     launched = _launched_corrs(t)
-    rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
-                       .to_numpy(zero_copy_only=False), CODE["launch"], CODE["api"]).astype(np.int8)
     rt_names = raw.take("name", rt)
+    # A launch is a call that puts exactly one task on a stream. Graph launches enqueue many
+    # (and Holistic Trace Analysis leaves them out of queue lengths too): they stay "api".
+    single = mask_of(rt_names, _SINGLE_TASK_LAUNCHES)
+    rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
+                       .to_numpy(zero_copy_only=False) & single, CODE["launch"], CODE["api"]).astype(np.int8)
     rt_kind[contains(rt_names, "Synchronize")] = CODE["sync"]
+    # cudaMemcpy / cudaMemset without Async return only when the copy is done: the host waits.
+    blocking_copy = (matches(rt_names, r"^(cuda|hip)Mem(cpy|set)", ignore_case=False)
+                     & ~contains(rt_names, "Async") & ~contains(rt_names, "WithStream"))
+    rt_kind[blocking_copy] = CODE["sync"]
     rt_kind[contains(rt_names, "StreamWaitEvent")] = CODE["wait"]
     t.kind[rt] = rt_kind
 

@@ -1,0 +1,142 @@
+"""Typed views of a trace table that every analyzer starts from (pandas, vectorised).
+
+Analyzers read only typed columns and `kind` (plus `name` for labels), never `args`, so they
+work the same on emulated and imported traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msprof_py.trace.schema import Trace
+
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
+_COLUMNS = ("rank", "ph", "name", "ts", "dur", "pid", "tid", "kind", "device", "stream", "corr", "bytes", "addr",
+            "value", "step")
+
+
+@dataclass
+class Frames:
+    """Lazily built, cached DataFrames of one trace: device ops, launches, memory events...
+
+    `window="complete_steps"` keeps what Holistic Trace Analysis keeps by default when a trace
+    has two or more `ProfilerStep#` slices: host events that start before the last step (which
+    is usually cut short by the profiler), and the device ops those host events launched.
+    """
+
+    trace: Trace
+    window: str = "all"
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.window not in ("all", "complete_steps"):
+            raise ValueError(f"window must be 'all' or 'complete_steps', got {self.window!r}")
+
+    @cached_property
+    def table(self) -> pa.Table:
+        t = self.trace.table
+        if self.window == "all":
+            return t
+        kind = t.column("kind").cast(pa.string())
+        step_rows = t.filter(pc.and_(pc.equal(kind, "step"), pc.equal(t.column("ph").cast(pa.string()), "X")))
+        if step_rows.num_rows < 2:
+            return t
+        keep = np.ones(t.num_rows, dtype=bool)
+        rank = t.column("rank").to_numpy()
+        ts = t.column("ts").to_numpy()
+        corr = t.column("corr").to_numpy(zero_copy_only=False)
+        kinds = kind.to_numpy(zero_copy_only=False)
+        device = np.isin(kinds, DEVICE_KINDS)
+        host = ~device & ~np.isin(kinds, ("flow", "meta", "counter"))
+        srank = step_rows.column("rank").to_numpy()
+        sts = step_rows.column("ts").to_numpy()
+        for r in np.unique(srank):
+            cutoff = sts[srank == r].max()
+            mine = rank == r
+            keep[mine & host & (ts >= cutoff)] = False
+            kept = corr[mine & host & keep]
+            kept = kept[~np.isnan(kept)] if kept.dtype.kind == "f" else kept
+            keep[mine & device] = np.isin(corr[mine & device], kept)
+        return t.filter(pa.array(keep))
+
+    def _select(self, kinds: tuple[str, ...], columns: tuple[str, ...] = _COLUMNS) -> pd.DataFrame:
+        t = self.table
+        mask = pc.is_in(t.column("kind").cast(pa.string()), value_set=pa.array(kinds))
+        sub = t.filter(mask).select(list(columns))
+        df = sub.to_pandas()
+        for col in ("kind", "ph", "name"):
+            if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
+                df[col] = df[col].cat.remove_unused_categories()
+        return df
+
+    @cached_property
+    def device_ops(self) -> pd.DataFrame:
+        """Kernels, copies, memsets and collectives that ran on a stream, sorted per stream by ts."""
+        df = self._select(DEVICE_KINDS)
+        df = df[df["stream"].notna() & (df["ph"] == "X")].copy()
+        df["dur"] = df["dur"].fillna(0).astype(np.int64)
+        df["end"] = df["ts"] + df["dur"]
+        df["stream"] = df["stream"].astype(np.int64)
+        df["device"] = df["device"].fillna(-1).astype(np.int64)
+        return df.sort_values(["rank", "device", "stream", "ts"], kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def launches(self) -> pd.DataFrame:
+        """Host calls that put work on a stream (kind launch), with the device op they created."""
+        df = self._select(("launch",))
+        return df[df["corr"].notna()].reset_index(drop=True)
+
+    @cached_property
+    def host_calls(self) -> pd.DataFrame:
+        df = self._select(("api", "launch", "sync", "wait"))
+        return df[df["ph"] == "X"].reset_index(drop=True)
+
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        return self._select(("alloc", "free")).sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def counters(self) -> pd.DataFrame:
+        return self._select(("counter",))
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        df = self._select(("step",))
+        df = df[df["ph"] == "X"].copy()
+        df["end"] = df["ts"] + df["dur"].fillna(0).astype(np.int64)
+        return df.sort_values(["rank", "ts"]).reset_index(drop=True)
+
+    @cached_property
+    def span(self) -> tuple[int, int]:
+        t = self.table
+        real = t.filter(pc.not_equal(t.column("kind").cast(pa.string()), "meta"))
+        if real.num_rows == 0:
+            return 0, 0
+        ts = real.column("ts").to_numpy()
+        dur = real.column("dur").fill_null(0).to_numpy()
+        return int(ts.min()), int((ts + dur).max())
+
+
+def gaps(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Idle gaps before each interval (sorted by ts): start minus the latest end so far (>= 0)."""
+    if len(ts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    prev_end = np.maximum.accumulate(end)
+    out = np.zeros(len(ts), dtype=np.int64)
+    out[1:] = np.maximum(ts[1:] - prev_end[:-1], 0)
+    return out
+
+
+def union_ns(ts: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals (sorted by ts)."""
+    if len(ts) == 0:
+        return 0
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    return int((end.max() - ts[0]) - gaps(ts, end).sum())
