@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from msprof_py.trace.schema import Trace
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
-_COLUMNS = ("rank", "ph", "name", "ts", "dur", "pid", "tid", "kind", "device", "stream", "corr", "bytes", "addr",
+_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "pid", "tid", "kind", "device", "stream", "corr", "bytes", "addr",
             "value", "step")
 
 
@@ -70,7 +70,7 @@ class Frames:
         mask = pc.is_in(t.column("kind").cast(pa.string()), value_set=pa.array(kinds))
         sub = t.filter(mask).select(list(columns))
         df = sub.to_pandas()
-        for col in ("kind", "ph", "name"):
+        for col in ("kind", "ph", "name", "cat"):
             if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
                 df[col] = df[col].cat.remove_unused_categories()
         return df

@@ -391,7 +391,10 @@ class Runtime:
         self._api(th, "aclrtDestroyStream", t0, stream=stream)
 
     # ================================================================ API: kernels and copies
-    def launch_kernel(self, kernel: Kernel, num_blocks: int, stream: Stream | None = None) -> int:
+    def launch_kernel(self, kernel: Kernel, num_blocks: int, stream: Stream | None = None, *,
+                      reads: tuple[int, ...] = (), writes: tuple[int, ...] = ()) -> int:
+        """aclrtLaunchKernel. `reads` / `writes` name the device buffers the kernel touches; they
+        are recorded as `[access]` instants (a sanitizer's view) so races between streams show."""
         th = self._enter()
         if not isinstance(kernel, Kernel):
             raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid kernel handle {kernel!r}")
@@ -402,7 +405,17 @@ class Runtime:
         task = self._new_task(KERNEL, kernel.name, stream, t0)
         task.kernel, task.blocks, task.remaining = kernel, num_blocks, num_blocks
         self._launch(th, task, "aclrtLaunchKernel", t0, blocks=num_blocks)
+        if reads or writes:
+            self._accesses(th, task, reads, writes)
         return task.corr
+
+    def _accesses(self, th: HostThread, task: Task, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
+        dev = task.stream.device
+        for name, ptrs in (("[access] read", reads), ("[access] write", writes)):
+            for ptr in ptrs:
+                self.recorder.rows.append((th.rank, "i", name, "access", th.clock, None, host_pid(th.rank), th.tid,
+                                           None, '{"Addr":%d,"Task Id":%d}' % (ptr, task.corr), '{"s":"t"}', "marker",
+                                           dev.id, task.stream.id, task.corr, None, ptr, None, th.step))
 
     def memcpy_async(self, dst: Any, dest_max: int, src: Any, count: int, kind: int, stream: Stream | None = None) -> int:
         th = self._enter()
@@ -562,7 +575,8 @@ class Runtime:
         self._api(th, name, t0, "sync", stream=stream)
 
     # ================================================================ API: memory
-    def malloc(self, size: int, policy: int = 0) -> int:
+    def malloc(self, size: int, policy: int = 0, tag: str | None = None) -> int:
+        """aclrtMalloc; `tag` names the call site in the trace (`[memory] <tag>`)."""
         from runtime_emu.memory import MallocPolicy, OutOfMemory
 
         th = self._enter()
@@ -571,12 +585,13 @@ class Runtime:
         try:
             alloc = dev.memory.malloc(size, MallocPolicy(policy))
         except OutOfMemory as exc:
+            self._oom(th, dev, size, exc)
             raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, str(exc)) from None
         except ValueError as exc:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, str(exc)) from None
         th.clock += self.api_overhead_ns
         self._api(th, "aclrtMalloc", t0, nbytes=alloc.bytes)
-        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "aclrtMalloc", dev.memory.used_bytes, None)
+        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "aclrtMalloc", dev.memory.used_bytes, None, tag)
         return alloc.addr
 
     def free(self, ptr: int) -> None:
@@ -615,7 +630,7 @@ class Runtime:
         th.clock += self.api_overhead_ns
         self._api(th, "aclrtFreeHost", t0)
 
-    def cached_malloc(self, size: int, stream: Stream | None = None) -> int:
+    def cached_malloc(self, size: int, stream: Stream | None = None, tag: str | None = None) -> int:
         """Framework-level allocation through the caching allocator (as torch_npu does)."""
         from runtime_emu.memory import OutOfMemory
 
@@ -626,9 +641,11 @@ class Runtime:
         try:
             alloc = cache.malloc(size, stream.id)
         except OutOfMemory as exc:
+            self._oom(th, dev, size, exc)
             raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, str(exc)) from None
         th.clock += self.api_overhead_ns
-        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "caching", cache.allocated_bytes, cache.reserved_bytes)
+        self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "caching", cache.allocated_bytes, cache.reserved_bytes,
+                        tag)
         return alloc.addr
 
     def cached_free(self, ptr: int) -> None:
@@ -662,11 +679,23 @@ class Runtime:
             dev.caching = CachingAllocator(dev.memory)
         return dev.caching
 
-    def _mem_event(self, th: HostThread, dev: Device, kind: str, addr: int, nbytes: int, source: str,
-                   allocated: int, reserved: int | None) -> None:
+    def _oom(self, th: HostThread, dev: Device, size: int, exc: Any) -> None:
+        """A failed allocation: an instant with the request (bytes) and the largest free block (value)."""
         if not self.sw.memory:
             return
-        self.recorder.rows.append((th.rank, "i", "[memory]", "memory", th.clock, None, host_pid(th.rank), th.tid, None,
+        largest = getattr(exc, "largest_free_bytes", None)
+        self.recorder.rows.append((th.rank, "i", "[memory] allocation failed", "memory", th.clock, None,
+                                   host_pid(th.rank), th.tid, None,
+                                   '{"Bytes":%d,"Largest Free":%d,"Free":%d}' % (
+                                       size, largest or 0, getattr(exc, "free_bytes", 0) or 0),
+                                   '{"s":"t"}', "marker", dev.id, None, None, size, None,
+                                   None if largest is None else float(largest), th.step))
+
+    def _mem_event(self, th: HostThread, dev: Device, kind: str, addr: int, nbytes: int, source: str,
+                   allocated: int, reserved: int | None, tag: str | None = None) -> None:
+        if not self.sw.memory:
+            return
+        self.recorder.rows.append((th.rank, "i", "[memory]" if tag is None else f"[memory] {tag}", "memory", th.clock, None, host_pid(th.rank), th.tid, None,
                                    '{"Addr":%d,"Bytes":%d,"Total Allocated":%d,"Device Id":%d,"Allocator":"%s"}' % (
                                        addr, nbytes if kind == "alloc" else -nbytes, allocated, dev.id, source),
                                    '{"s":"t"}', kind, dev.id, None, None, nbytes, addr, float(allocated), th.step))
@@ -707,7 +736,7 @@ class Runtime:
         t0 = th.clock
         th.clock += int(duration_ns)
         if self.sw.runtime_api:
-            self.recorder.rows.append((th.rank, "X", name, "cpu_op", t0, th.clock - t0, host_pid(th.rank), th.tid,
+            self.recorder.rows.append((th.rank, "X", name, "host_work", t0, th.clock - t0, host_pid(th.rank), th.tid,
                                        None, None, None, "api", None, None, None, None, None, None, th.step))
 
     def now(self) -> int:

@@ -1,0 +1,161 @@
+"""Findings, the analyzer registry, and the problem-lookup table.
+
+An analyzer is a pure function `analyze(frames, config) -> list[Finding]` registered under a
+name with its config dataclass. It raises `Skipped(reason)` when the trace lacks what it
+needs; `run()` records the reason and carries on. Analyzers never plot, print or read files.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import IntEnum
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Callable
+
+from analyzers.frames import Frames
+from msprof_py.trace.schema import Trace
+
+
+class Severity(IntEnum):
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class LookupEntry:
+    """One row of the problem-lookup table: what users see, why, and what to change."""
+
+    code: str
+    symptom: str
+    cause: str
+    remedy: str
+    references: tuple[str, ...] = ()
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: Severity
+    title: str
+    message: str
+    analyzer: str = ""
+    rank: int | None = None
+    device: int | None = None
+    stream: int | None = None
+    ts_ns: int | None = None
+    dur_ns: int | None = None
+    step: int | None = None
+    metric: str = ""
+    value: float | None = None
+    threshold: float | None = None
+    lost_ns: int | None = None
+    lost_bytes: int | None = None
+    #: References to trace events: dicts with ts/corr/name/stream, most telling first.
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    lookup: LookupEntry | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = str(self.severity)
+        return d
+
+
+class Skipped(Exception):
+    """The trace lacks what this analyzer needs (the message says what)."""
+
+
+@dataclass
+class AnalyzerSpec:
+    name: str
+    fn: Callable[[Frames, Any], list[Finding]]
+    config_cls: type
+
+    @property
+    def doc(self) -> str:
+        return (self.fn.__doc__ or "").strip()
+
+
+REGISTRY: dict[str, AnalyzerSpec] = {}
+
+
+def register(name: str, config_cls: type) -> Callable:
+    """Decorator: make `fn(frames, config)` available to `run()` under `name`."""
+    def wrap(fn: Callable) -> Callable:
+        REGISTRY[name] = AnalyzerSpec(name, fn, config_cls)
+        return fn
+
+    return wrap
+
+
+@dataclass
+class AnalysisResult:
+    findings: list[Finding]
+    skipped: dict[str, str]
+    #: Numbers behind the findings, per analyzer (tables as lists of dicts), for reports.
+    metrics: dict[str, Any]
+
+    def ranked(self) -> list[Finding]:
+        """Most costly first: severity, then time lost, then bytes lost."""
+        return sorted(self.findings, key=lambda f: (-int(f.severity), -(f.lost_ns or 0), -(f.lost_bytes or 0)))
+
+
+def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | None = None,
+        frames: Frames | None = None) -> AnalysisResult:
+    """Run the named analyzers (all registered ones by default) on a trace."""
+    _load_all()
+    configs = configs or {}
+    unknown = [n for n in (names or []) if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown analyzer(s) {', '.join(unknown)}; choose from {', '.join(sorted(REGISTRY))}")
+    frames = frames or Frames(trace)
+    findings: list[Finding] = []
+    skipped: dict[str, str] = {}
+    metrics: dict[str, Any] = {}
+    for name in names or sorted(REGISTRY):
+        spec = REGISTRY[name]
+        cfg = configs.get(name) or spec.config_cls()
+        try:
+            out = spec.fn(frames, cfg)
+        except Skipped as exc:
+            skipped[name] = str(exc)
+            continue
+        if isinstance(out, tuple):
+            out, metrics[name] = out
+        for f in out:
+            f.analyzer = name
+            if f.lookup is None:
+                f.lookup = lookup(f.code)
+        findings.extend(out)
+    return AnalysisResult(findings, skipped, metrics)
+
+
+def _load_all() -> None:
+    # Importing the analyzer modules registers them.
+    from analyzers import bandwidth, bubbles, launch, memory, queue, ranks, sync  # noqa: F401
+
+
+@lru_cache(maxsize=1)
+def lookup_table() -> dict[str, LookupEntry]:
+    """The problem-lookup table (analyzers/data/problems.toml), by finding code."""
+    text = resources.files("analyzers").joinpath("data/problems.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    return {code: LookupEntry(code=code, symptom=row["symptom"], cause=row["cause"], remedy=row["remedy"],
+                              references=tuple(row.get("references", ())))
+            for code, row in data.items()}
+
+
+def lookup(code: str) -> LookupEntry:
+    table = lookup_table()
+    if code not in table:
+        raise KeyError(f"finding code {code!r} has no entry in analyzers/data/problems.toml")
+    return table[code]
+
+
+def config_fields(cfg: Any) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg)} if is_dataclass(cfg) else {}

@@ -1,0 +1,92 @@
+"""Host synchronisation stalls, and missing synchronisation between streams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.frames import Frames
+
+READ, WRITE = "[access] read", "[access] write"
+
+
+@dataclass
+class SyncConfig:
+    stall_ratio: float = 0.3  # share of a host thread's busy span spent blocked in syncs
+    min_stall_ns: int = 1_000_000
+    evidence: int = 5
+
+
+@register("sync", SyncConfig)
+def analyze(frames: Frames, cfg: SyncConfig):
+    """Synchronisation stalls and missing synchronisation.
+
+    Pattern (stall): a host thread spends a large share of its time inside synchronize calls
+    and blocking copies, so it launches nothing while it waits.
+    Pattern (missing sync): a task reads a buffer while the task writing it on another stream
+    is still running, although the host issued the write first: the dependency between the
+    streams was never declared (no event record / wait).
+
+    Algorithm: per host thread, the summed duration of `sync` calls over the thread's span.
+    For missing sync, buffer accesses (`[access] read` / `[access] write` instants carrying the
+    buffer address and the task's corr id) are joined to their tasks; a read whose task starts
+    before a write to the same address on another stream ends, with the write launched first,
+    is a race.
+    """
+    host = frames.host_calls
+    markers = frames._select(("marker",))
+    acc = markers[markers["name"].astype(str).isin([READ, WRITE])] if not markers.empty else markers
+    if host.empty and acc.empty:
+        raise Skipped("no host calls and no buffer-access records in the trace")
+    findings = []
+    stalls = []
+    if not host.empty:
+        for (rank, _pid, tid), g in host.groupby(["rank", "pid", "tid"]):
+            sync = g[g["kind"].astype(str) == "sync"]
+            span = int((g["ts"] + g["dur"].fillna(0)).max() - g["ts"].min()) or 1
+            stalled = int(sync["dur"].fillna(0).sum())
+            stalls.append({"rank": int(rank), "tid": int(tid), "sync_ns": stalled, "span_ns": span})
+            if stalled >= cfg.min_stall_ns and stalled >= cfg.stall_ratio * span:
+                top = sync.sort_values("dur", ascending=False).head(cfg.evidence)
+                findings.append(Finding(
+                    code="SYNC_STALL", severity=Severity.WARNING, title="Host stalls in synchronize calls",
+                    message=(f"rank {rank} thread {tid}: {stalled / 1e6:.3f} ms ({stalled / span:.0%} of its span) "
+                             f"inside {len(sync)} synchronize calls"),
+                    rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
+                    value=round(stalled / span, 4), threshold=cfg.stall_ratio, lost_ns=stalled,
+                    evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
+    races = _races(frames, acc)
+    for (rank, addr), g in races.groupby(["rank", "addr"]) if not races.empty else []:
+        first = g.iloc[0]
+        findings.append(Finding(
+            code="MISSING_SYNC", severity=Severity.CRITICAL, title="Read before the producing task finished",
+            message=(f"rank {rank}: {first.r_name!r} on stream {first.r_stream} started reading buffer {int(addr):#x} "
+                     f"{(first.w_end - first.r_ts) / 1e3:.1f} us before {first.w_name!r} on stream {first.w_stream} "
+                     f"finished writing it; no event orders them"),
+            rank=int(rank), stream=int(first.r_stream), ts_ns=int(first.r_ts), dur_ns=int(first.w_end - first.r_ts),
+            metric="overlap_ns", value=float(first.w_end - first.r_ts), threshold=0.0,
+            evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
+                       "overlap_ns": int(r.w_end - r.r_ts)} for r in g.head(cfg.evidence).itertuples()]))
+    return findings, {"host_threads": stalls, "races": len(races)}
+
+
+def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:
+    if acc.empty:
+        return pd.DataFrame()
+    ops = frames.device_ops[["rank", "corr", "stream", "ts", "end", "name"]]
+    launches = frames.launches[["rank", "corr", "ts"]].rename(columns={"ts": "launch_ts"})
+    a = acc[["rank", "name", "addr", "corr"]].merge(ops, on=["rank", "corr"]).merge(launches, on=["rank", "corr"], how="left")
+    a["name_op"] = a["name_y"].astype(str)
+    reads = a[a["name_x"].astype(str) == READ]
+    writes = a[a["name_x"].astype(str) == WRITE]
+    if reads.empty or writes.empty:
+        return pd.DataFrame()
+    m = reads.merge(writes, on=["rank", "addr"], suffixes=("_r", "_w"))
+    m = m[(m["stream_r"] != m["stream_w"]) & (m["launch_ts_w"] <= m["launch_ts_r"]) & (m["ts_r"] < m["end_w"])
+          & (m["end_r"] > m["ts_w"])]
+    return pd.DataFrame({"rank": m["rank"], "addr": m["addr"], "r_corr": m["corr_r"], "r_name": m["name_op_r"],
+                         "r_stream": m["stream_r"], "r_ts": m["ts_r"], "w_corr": m["corr_w"], "w_name": m["name_op_w"],
+                         "w_stream": m["stream_w"], "w_end": m["end_w"]}).sort_values("r_ts").reset_index(drop=True)
+
