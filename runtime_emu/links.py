@@ -23,7 +23,9 @@ class Link:
         self.name = name
         self.bytes_per_ns = gbps  # 1 GB/s == 1 byte/ns
         self.latency_ns = latency_ns
-        self.flows: set[Flow] = set()
+        # A dict, not a set: iteration in insertion order keeps runs deterministic (a set of
+        # objects iterates in address order, which changes from run to run).
+        self.flows: dict[Flow, None] = {}
         self.index = -1
         self.in_use = 0.0  # bytes/ns currently allocated
         #: Called with (link, now_ns, gbps_in_use) when the allocated bandwidth changes.
@@ -60,7 +62,7 @@ class Network:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.flows: set[Flow] = set()
+        self.flows: dict[Flow, None] = {}
 
     def transfer(self, path: tuple[Link, ...], nbytes: int, on_done: Callable[[Any], None], arg: Any = None) -> Flow:
         """Move nbytes along path; on_done(arg) runs when the last byte arrives."""
@@ -80,9 +82,9 @@ class Network:
             flow.on_done(flow.arg)
             return
         flow.last_ns = self.engine.now
-        self.flows.add(flow)
+        self.flows[flow] = None
         for link in flow.path:
-            link.flows.add(flow)
+            link.flows[flow] = None
         self._reshare(flow.path)
 
     def _finish(self, token: tuple[Flow, int]) -> None:
@@ -90,9 +92,9 @@ class Network:
         if version != flow.version:
             return  # superseded by a later rate change
         flow.remaining = 0.0
-        self.flows.discard(flow)
+        self.flows.pop(flow, None)
         for link in flow.path:
-            link.flows.discard(flow)
+            link.flows.pop(flow, None)
         self._reshare(flow.path)
         flow.on_done(flow.arg)
 
@@ -100,17 +102,17 @@ class Network:
         """Recompute max-min fair rates for every flow connected to the touched links."""
         now = self.engine.now
         # The connected component of flows sharing links with the change: only their rates move.
-        links: set[Link] = set(touched)
-        flows: set[Flow] = set()
+        links: dict[Link, None] = dict.fromkeys(touched)
+        flows: dict[Flow, None] = {}
         frontier = list(touched)
         while frontier:
             link = frontier.pop()
             for f in link.flows:
                 if f not in flows:
-                    flows.add(f)
+                    flows[f] = None
                     for other in f.path:
                         if other not in links:
-                            links.add(other)
+                            links[other] = None
                             frontier.append(other)
         for f in flows:
             if f.rate:
@@ -134,10 +136,10 @@ class Network:
             self.engine.at(now + done_in, self._finish, (f, f.version))
 
 
-def _max_min(flows: set[Flow], links: set[Link]) -> dict[Flow, float]:
+def _max_min(flows: dict[Flow, None], links: dict[Link, None]) -> dict[Flow, float]:
     """Progressive filling: raise all rates together; freeze flows at their bottleneck link."""
     residual = {link: link.bytes_per_ns for link in links}
-    unfrozen = {link: {f for f in link.flows if f in flows} for link in links}
+    unfrozen = {link: {f: None for f in link.flows if f in flows} for link in links}
     rates: dict[Flow, float] = {}
     active = set(flows)
     while active:
@@ -150,5 +152,5 @@ def _max_min(flows: set[Flow], links: set[Link]) -> dict[Flow, float]:
             active.discard(f)
             for link in f.path:
                 residual[link] -= share
-                unfrozen[link].discard(f)
+                unfrozen[link].pop(f, None)
     return rates

@@ -785,7 +785,8 @@ class Runtime:
         hcols = ("rank", "thread", "start_ns", "end_ns", "reason", "stream", "corr")
         blocks = ({c: list(v) for c, v in zip(hcols, zip(*self.gt_host_blocks))} if self.gt_host_blocks
                   else {c: [] for c in hcols})
-        return {"schema": 1, "seed": self.seed, "problems": list(self.problems), "tasks": tasks, "host_blocks": blocks}
+        return {"schema": 1, "seed": self.seed, "problems": list(self.problems), "tasks": tasks, "host_blocks": blocks,
+                "hccl": self.hccl.ground_truth() if self.hccl is not None else None}
 
 
 def _preset_dict(p: Preset) -> dict[str, Any]:

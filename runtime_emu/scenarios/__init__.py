@@ -1,0 +1,85 @@
+"""Named, seeded workloads for the emulator, each with switches that inject the problems analyzers hunt.
+
+    from runtime_emu import scenarios
+    result = scenarios.run("resnet50-infer", switches=["leak"], seed=3)
+    result.ground_truth["problems"]   # where / when / expected of each injected problem
+    result.save("out/")               # trace/ + ground_truth.json
+
+Every scenario also runs healthy (no switch); then it records no problem. Multi-rank scenarios
+(`multi_rank=True`, a `runtime_options` giving the Topology) register the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from runtime_emu.presets import preset as get_preset
+from runtime_emu.runtime import EmuResult, Runtime
+from runtime_emu.scenarios import resnet50_infer, yolo_pipeline
+from runtime_emu.scenarios.problems import PRESET_OVERRIDES, SWITCHES
+from runtime_emu.scenarios.scenario import Config, Scenario
+
+__all__ = ["SCENARIOS", "SWITCHES", "Config", "Scenario", "list_scenarios", "run"]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO)}
+
+#: Switch pairs no program can honour together (one stream has no cross-stream dependency to miss).
+CONFLICTS = (frozenset({"serial-copies", "missing-sync"}),)
+#: Parameters every scenario takes besides its own.
+COMMON_PARAMS = {"preset": "910B3"}
+
+
+def list_scenarios() -> list[Scenario]:
+    """The registered scenarios, by name."""
+    return [SCENARIOS[name] for name in sorted(SCENARIOS)]
+
+
+def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | None = None,
+        ranks: int | None = None, **params: Any) -> EmuResult:
+    """Run scenario `name` with `switches` on; returns the trace and the ground truth."""
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(sorted(SCENARIOS))}")
+    cfg = configure(scenario, switches, seed=seed, steps=steps, ranks=ranks, params=params)
+    options = scenario.runtime_options(cfg) if scenario.runtime_options else {}
+    if not scenario.multi_rank:
+        options.setdefault("ranks", cfg.ranks)
+    rt = Runtime(seed=seed, preset=cfg.preset, **options)
+    scenario.program(rt, cfg)
+    cfg.problems.flush(rt)
+    return rt.finish()
+
+
+def configure(scenario: Scenario, switches: Iterable[str], *, seed: int = 0, steps: int | None = None,
+              ranks: int | None = None, params: dict[str, Any] | None = None) -> Config:
+    """Validate one run's choices against what `scenario` supports."""
+    switches = frozenset([switches] if isinstance(switches, str) else switches)
+    for switch in sorted(switches):
+        if switch not in scenario.switches:
+            kind = "unsupported" if switch in SWITCHES else "unknown"
+            raise ValueError(f"{kind} switch {switch!r} for scenario {scenario.name!r}; choose from "
+                             f"{', '.join(sorted(scenario.switches))}")
+    for pair in CONFLICTS:
+        if pair <= switches:
+            raise ValueError(f"switches {' and '.join(sorted(pair))} cannot be on together")
+    defaults = {**COMMON_PARAMS, **scenario.params}
+    unknown = sorted(set(params or {}) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r} for scenario {scenario.name!r}; choose from "
+                         f"{', '.join(sorted(defaults))}")
+    values = {**defaults, **(params or {})}
+    steps = scenario.default_steps if steps is None else steps
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    ranks = scenario.ranks if ranks is None else ranks
+    if not scenario.multi_rank and ranks != 1:
+        raise ValueError(f"scenario {scenario.name!r} is single-rank; ranks must be 1, got {ranks}")
+    preset = get_preset(values.pop("preset"))
+    overrides = {k: v for switch in sorted(switches) for k, v in PRESET_OVERRIDES.get(switch, {}).items()}
+    if overrides:
+        preset = preset.with_(**overrides)
+    cfg = Config(scenario=scenario.name, switches=switches, steps=steps, seed=seed, ranks=ranks, preset=preset,
+                 params=values)
+    if scenario.check is not None:
+        scenario.check(cfg)
+    return cfg
