@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from msprof_py import loading
+from msprof_py import loading, report
+from msprof_py.compare import compare, render_diff, render_findings
 from msprof_py.errors import MsprofError
 from msprof_py.summary import render, summarize
 from msprof_py.trace import Trace, export_chrome, write_trace
@@ -127,6 +128,92 @@ def info(
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
         Console().print(render(summary, title=str(trace_path)))
+
+
+WindowOpt = Annotated[str, typer.Option(
+    "--window", help="Which events to analyze: 'all', or 'complete_steps' (drop the last, usually cut-short "
+                     "profiler step, as Holistic Trace Analysis does).")]
+AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
+    "--analyzer", "-a", show_default=False, help="Run only this analyzer (repeatable); default: all.")]
+
+
+@app.command("analyze")
+def analyze(
+    trace_path: TraceArg,
+    analyzer: AnalyzerOpt = None,
+    window: WindowOpt = "all",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
+    trace = _load(trace_path, lenient, progress)
+    rep = report.build(trace, analyzer, window=_window(window))
+    if as_json:
+        typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
+    else:
+        Console().print(render_findings(rep, title=str(trace_path)))
+
+
+@app.command("report")
+def report_cmd(
+    trace_path: TraceArg,
+    output: Annotated[Path, typer.Option("-o", "--output", show_default=False, help="Report file to write.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md, html (self-contained, works offline) or json.")] = "html",
+    fail_on: Annotated[Optional[str], typer.Option(
+        "--fail-on", show_default=False,
+        help="Exit 1 when a finding is at least this severe (warning or critical): for CI gating.")] = None,
+    analyzer: AnalyzerOpt = None,
+    window: WindowOpt = "all",
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
+    if fmt not in report.FORMATS:
+        raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(report.FORMATS)}")
+    level = _severity(fail_on) if fail_on is not None else None
+    loading.check_parent(output)
+    trace = _load(trace_path, lenient, progress)
+    rep = report.build(trace, analyzer, window=_window(window))
+    report.write(rep, output, fmt)
+    worst = report.worst(rep)
+    typer.echo(f"wrote {fmt} report with {len(rep['findings'])} findings to {output}")
+    if level is not None and worst is not None and worst >= level:
+        typer.echo(f"{PROG}: findings at or above {fail_on} (worst: {worst})", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("diff")
+def diff_cmd(
+    base: Annotated[Path, typer.Argument(metavar="BASE", help="The trace before the change.")],
+    new: Annotated[Path, typer.Argument(metavar="NEW", help="The trace after the change.")],
+    window: WindowOpt = "all",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    lenient: LenientOpt = False,
+) -> None:
+    """Compare two traces: throughput, step time, memory, bubble ratio, and per-finding change."""
+    a = report.build(_load(base, lenient, None), window=_window(window))
+    b = report.build(_load(new, lenient, None), window=_window(window))
+    table = compare(a, b)
+    if as_json:
+        typer.echo(json.dumps(table, indent=2, default=str))
+    else:
+        Console().print(render_diff(table, str(base), str(new)))
+
+
+def _window(window: str) -> str:
+    if window not in ("all", "complete_steps"):
+        raise MsprofError(f"--window must be 'all' or 'complete_steps', got {window!r}")
+    return window
+
+
+def _severity(name: str):
+    from analyzers import Severity
+
+    try:
+        return Severity[name.upper()]
+    except KeyError:
+        raise MsprofError(f"--fail-on must be 'warning' or 'critical', got {name!r}") from None
 
 
 def _load(trace_path: Path, lenient: bool, progress: bool | None) -> Trace:

@@ -70,7 +70,7 @@ def check_table_output(path: str | Path) -> Path:
     if path.name.endswith(JSON_SUFFIXES) or path.suffix == ".gz":
         raise MsprofError(f"{path}: import writes a Parquet table, not JSON",
                           hint="use OUT.parquet or a directory; 'msprof-py export' writes Chrome JSON")
-    return _check_parent(path)
+    return check_parent(path)
 
 
 def check_json_output(path: str | Path) -> Path:
@@ -80,10 +80,12 @@ def check_json_output(path: str | Path) -> Path:
         raise MsprofError(f"{path}: export writes Chrome JSON; name the output .json or .json.gz")
     if path.is_dir():
         raise MsprofError(f"{path}: is a directory; expected a file name ending in .json or .json.gz")
-    return _check_parent(path)
+    return check_parent(path)
 
 
-def _check_parent(path: Path) -> Path:
+def check_parent(path: str | Path) -> Path:
+    """Fail before any work when the output directory is missing or not writable."""
+    path = Path(path)
     # Failing here, before a possibly long import, also guarantees nothing was written.
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
