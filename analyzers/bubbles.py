@@ -36,24 +36,25 @@ class BubbleConfig:
 def analyze(frames: Frames, cfg: BubbleConfig):
     """Pipeline bubbles.
 
-    Pattern: a device has nothing running (no kernel, copy, memset or collective on any of its
-    streams) inside a step, so the step takes longer than its work.
+    Pattern: the AI Cores of a device run no kernel inside a step (copies and collectives may
+    be moving data meanwhile), so the step takes longer than its compute.
 
-    Algorithm: per (rank, device), merge the device ops' intervals and take the gaps between
+    Algorithm: per (rank, device), merge the kernels' intervals and take the gaps between
     them, clipped to each step (`ProfilerStep#N` on the host; the whole trace when there are
-    none). The op that ends a gap says why: if its launch began after the gap began the host
-    was late -- then what the launching thread did during the gap decides between a host
-    synchronize, host work (data loading / preprocessing) and launch overhead; if it had been
-    launched already, it waited on the device side -- for a collective, or for a producer on
-    another stream that finished just before (a copy or an event's producer). Per cause, the
-    idle time summed over steps is the time lost; its share of step time sets the severity.
+    none). The kernel that ends a gap says why: if its launch call returned only after the
+    gap began, the host was late -- then what the launching thread did during the gap decides
+    between a host synchronize, host work (data loading / preprocessing) and launch overhead;
+    if it had been launched in time, it waited on the device -- for what ended just before on
+    the device (a copy, a collective, or an event's producer). Per cause, the idle time summed
+    over steps is the time lost; its share of step time sets the severity.
     """
     ops = frames.device_ops
-    if ops.empty:
-        raise Skipped("no device ops (kernels, copies, memsets, collectives) in the trace")
+    compute = ops[ops["kind"].astype(str) == "kernel"]
+    if compute.empty:
+        raise Skipped("no device ops (kernels) in the trace")
     windows = _step_windows(frames)
     parts = []
-    for (rank, device), dev_ops in ops.groupby(["rank", "device"], sort=True):
+    for (rank, device), dev_ops in compute.groupby(["rank", "device"], sort=True):
         dev_ops = dev_ops.sort_values("ts", kind="stable").reset_index(drop=True)
         for step, (w0, w1) in windows.get(rank, {None: frames.span}).items():
             g = _gaps(dev_ops, w0, w1, cfg.min_gap_ns)
@@ -104,8 +105,10 @@ def _gaps(dev_ops: pd.DataFrame, w0: int, w1: int, min_gap: int) -> pd.DataFrame
 def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: BubbleConfig) -> np.ndarray:
     """Why each gap ended when it did (vectorised over all gaps)."""
     cause = np.full(len(gaps), "other", dtype=object)
-    launches = frames.launches.drop_duplicates(["rank", "corr"])[["rank", "corr", "ts", "pid", "tid"]]
-    m = gaps[["rank", "next_corr"]].merge(launches.rename(columns={"corr": "next_corr", "ts": "launch_ts"}),
+    launches = frames.launches.drop_duplicates(["rank", "corr"])[["rank", "corr", "ts", "dur", "pid", "tid"]].copy()
+    # The op could not start before its launch call returned: compare the gap with that end.
+    launches["launch_ts"] = launches["ts"] + launches["dur"].fillna(0)
+    m = gaps[["rank", "next_corr"]].merge(launches.drop(columns=["ts", "dur"]).rename(columns={"corr": "next_corr"}),
                                            on=["rank", "next_corr"], how="left")
     launch_ts = m["launch_ts"].to_numpy(dtype=np.float64)
     has_launch = ~np.isnan(launch_ts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
@@ -25,14 +26,16 @@ def analyze(frames: Frames, cfg: LaunchConfig):
     them: launch overhead, not device work, sets the pace.
 
     Algorithm: share of kernels shorter than `small_ns` per (rank, device); every device-level
-    idle gap (no stream busy) that ends with a small kernel whose launch began only after the
-    device went idle is time the device waited on launches, which fusing would save. Flag when
+    idle gap (no stream busy) that ends with a small kernel whose launch call returned only
+    after the device went idle is time the device waited on launches, which fusing would save. Flag when
     small kernels are the majority and the saving is at least `min_saving_ratio` of the span.
     """
     ops = frames.device_ops
     if not (ops["kind"].astype(str) == "kernel").any():
         raise Skipped("no kernels in the trace")
-    launches = frames.launches.drop_duplicates(["rank", "corr"]).set_index(["rank", "corr"])["ts"]
+    la = frames.launches.drop_duplicates(["rank", "corr"])
+    # When each launch call returned: its task could not start earlier.
+    launches = (la["ts"] + la["dur"].fillna(0)).set_axis(pd.MultiIndex.from_frame(la[["rank", "corr"]]))
     findings, metrics = [], []
     for (rank, device), g in ops.groupby(["rank", "device"]):
         k = g[g["kind"].astype(str) == "kernel"]

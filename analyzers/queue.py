@@ -19,7 +19,7 @@ class QueueConfig:
     #: Tasks a stream can hold; None: from the trace (emulator preset) or 1024 for CUDA traces.
     queue_limit: int | None = None
     near_limit: float = 0.9  # a stream whose queue reaches 90% of the limit is congested
-    blocked_factor: float = 10.0  # a launch this many times slower than the median one was blocked
+    blocked_factor: float = 10.0  # a launch this many times slower than a usual one was blocked
     min_blocked_ns: int = 100_000
     evidence: int = 5
 
@@ -98,7 +98,8 @@ def _blocked_launches(frames: Frames, series: pd.DataFrame, cfg: QueueConfig) ->
         return pd.DataFrame(columns=cols)
     ops = frames.device_ops[["rank", "corr", "device", "stream"]]
     m = launches[["rank", "corr", "ts", "dur"]].merge(ops[ops["corr"].notna()], on=["rank", "corr"])
-    median = float(m["dur"].median())
+    # The usual cost of a launch: a low percentile, since blocked launches may be the majority.
+    median = float(np.percentile(m["dur"].to_numpy(), 10))
     slow = m[m["dur"] > max(cfg.blocked_factor * median, median + 1_000)].copy()
     if slow.empty:
         return pd.DataFrame(columns=cols)
