@@ -11,6 +11,7 @@ Every scenario also runs healthy (no switch); then it records no problem. Multi-
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Iterable
 
 from runtime_emu.presets import preset as get_preset
@@ -79,7 +80,7 @@ def configure(scenario: Scenario, switches: Iterable[str], *, seed: int = 0, ste
     if overrides:
         preset = preset.with_(**overrides)
     cfg = Config(scenario=scenario.name, switches=switches, steps=steps, seed=seed, ranks=ranks, preset=preset,
-                 params=values)
+                 params=MappingProxyType(values))
     if scenario.check is not None:
         scenario.check(cfg)
     return cfg

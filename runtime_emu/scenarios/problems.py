@@ -29,26 +29,33 @@ SWITCHES: dict[str, str] = {
     "launch-bound": "a per-sample Python loop of tiny kernels (2-10 us), each launched after framework dispatch: "
                     "the device waits for the host",
     "serial-copies": "copies and compute on one stream with a synchronize after every copy: compute bubbles",
-    "missing-sync": "a consumer kernel on another stream with no event after its producer: it runs early",
-    "queue-congestion": "the host floods one stream with short tasks until its queue is full and launches block",
+    "missing-sync": "the cross-stream event is recorded before the kernel producing a buffer, so the consumer on "
+                    "the other stream reads it while it is still being written",
+    "queue-congestion": "the host floods a stream that waits on another with short tasks until its queue is full "
+                        "and the launch blocks",
     "bandwidth-contention": "a prefetch copy on the same PCIe direction as the input copy, started with it",
-}
-
-#: Preset changes a switch needs to stay small; each problem it records says so.
-PRESET_OVERRIDES: dict[str, dict[str, int]] = {
-    # A 1 GiB memory slice (as a vNPU partition would give) so that filling device memory takes
-    # ~200 allocations instead of ~13000 on a 64 GiB card.
-    "fragmentation": {"hbm_bytes": 1 * GiB, "huge_page_bytes": 512 * MiB},
 }
 
 FRAG_SIZES_BYTES = (6 * MiB, 3 * MiB)  # DEFAULT: two activation sizes that share 20 MiB segments
 FRAG_REQUEST_BYTES = 64 * MiB  # DEFAULT: the later large request (bigger than any segment's hole)
 DISPATCH_NS = 15_000  # DEFAULT: eager-mode framework cost per op on the host (Python + dispatch)
 TINY_OP_NS = (2_000, 10_000)  # tiny kernels: far under the ~50 us merge threshold of DOMAIN.md
-FLOOD_TASKS = 200  # DEFAULT: one check per tensor of a model step
-FLOOD_QUEUE_TASKS = 64  # the flooded stream's queue, shortened from 2013 (910B) to keep runs short
-FLOOD_KERNEL_NS = (20_000, 30_000)  # DEFAULT: one IsFinite + reduction per tensor, 1 block
+FLOOD_QUEUE_TASKS = 320  # every stream's queue in a queue-congestion run (910B: 2013), to keep it short
+# DEFAULTS: IsFinite + ReduceAll on ~350 tensors (weights and activations), each check slower than
+# a launch, so the queue grows even after its wait is over: 2 x 320 + 64 checks always fill it.
+FLOOD_TASKS = 2 * FLOOD_QUEUE_TASKS + 64
+FLOOD_KERNEL_NS = (8_000, 12_000)
 PREFETCH_BYTES = 16 * MiB  # DEFAULT: a side prefetch (next request's side inputs / weights)
+
+#: Preset changes a switch needs to stay small; each problem it records says so.
+PRESET_OVERRIDES: dict[str, dict[str, int]] = {
+    # DEFAULT: a 1 GiB memory slice (as a vNPU partition would give) so that filling device
+    # memory takes ~200 allocations instead of ~13000 on a 64 GiB card.
+    "fragmentation": {"hbm_bytes": 1 * GiB, "huge_page_bytes": 512 * MiB},
+    # A queue ~700 checks fill (2013 would need ~4100 per step). The checks make the host wait for
+    # each step's compute, so the scenarios' own streams then hold at most ~180 tasks.
+    "queue-congestion": {"queue_tasks": FLOOD_QUEUE_TASKS},
+}
 
 
 class Injector:
@@ -60,7 +67,7 @@ class Injector:
         self.log = cfg.problems
         self._live: dict[int, tuple[str, int, Stream, int]] = {}  # ptr -> (site, bytes, stream, ts)
         self._leaked: list[tuple[int, int, int]] = []  # (addr, block bytes, host time of the alloc)
-        self._flood: Stream | None = None
+        self._flood: tuple[Stream, Any] | None = None  # the checks' stream and its event
         self._prefetch: tuple[Stream, int, int, Any] | None = None
         self._prefetches: list[int] = []  # corr of every prefetch copy
         self._op_index = 1000  # past the scenarios' graph indices, so names never collide
@@ -70,8 +77,8 @@ class Injector:
 
     # ------------------------------------------------------------------ leak
     def step_alloc(self, call_site: str, nbytes: int, stream: Stream) -> int:
-        """A per-step buffer from the caching allocator (a framework tensor)."""
-        ptr = self.rt.cached_malloc(nbytes, stream)
+        """A per-step buffer from the caching allocator (a framework tensor), tagged with its call site."""
+        ptr = self.rt.cached_malloc(nbytes, stream, tag=call_site)
         self._live[ptr] = (call_site, nbytes, stream, self.rt.now())
         return ptr
 
@@ -106,14 +113,14 @@ class Injector:
         ptrs: list[int] = []
         # Each A,B,A,B unit (18 MiB) fits one 20 MiB segment: fill while the driver has one left.
         while driver.largest_free_bytes >= LARGE_SEGMENT_BYTES:
-            ptrs.extend(rt.cached_malloc(size, stream) for size in (big, small, big, small))
+            ptrs.extend(rt.cached_malloc(size, stream, tag=call_site) for size in (big, small, big, small))
         for p in ptrs[::2]:  # the large blocks die, the small ones pin every segment
             rt.cached_free(p)
         cache = stream.device.caching  # stands in for memory_stats(), which the runtime lacks
         reserved, allocated = cache.reserved_bytes, cache.allocated_bytes
         failed = None
         try:
-            request = rt.cached_malloc(FRAG_REQUEST_BYTES, stream)
+            request = rt.cached_malloc(FRAG_REQUEST_BYTES, stream, tag=call_site)
         except AclError as err:
             failed = {"bytes": FRAG_REQUEST_BYTES, "ts_ns": rt.now(), "error": err.name, "message": str(err)}
             request = None
@@ -122,7 +129,7 @@ class Injector:
             rt.cached_free(p)
         released = rt.empty_cache()
         if request is None:
-            request = rt.cached_malloc(FRAG_REQUEST_BYTES, stream)
+            request = rt.cached_malloc(FRAG_REQUEST_BYTES, stream, tag=call_site)
         rt.cached_free(request)
         override = PRESET_OVERRIDES["fragmentation"]
         self.log.add(
@@ -168,35 +175,40 @@ class Injector:
         return f"{op_type}{self._op_index}"
 
     # ------------------------------------------------------------------ queue congestion
-    def flood(self, call_site: str, tasks: int = FLOOD_TASKS) -> None:
-        """Launch `tasks` short kernels on one side stream as fast as the host can."""
+    def flood(self, after: Stream, call_site: str, tasks: int = FLOOD_TASKS) -> None:
+        """Check every tensor of the step on a side stream: the checks wait for `after`'s work so
+        far, and the host queues them faster than they can start."""
         if not self.on("queue-congestion"):
             return
         rt = self.rt
         if self._flood is None:
-            self._flood = rt.create_stream()
-            # The runtime has no per-stream queue depth option; a short queue on this stream only
-            # keeps the other streams at the preset's depth (2013), so they never block.
-            self._flood.capacity = FLOOD_QUEUE_TASKS
-        stream = self._flood
+            self._flood = (rt.create_stream(), rt.create_event())
+        stream, ready = self._flood
+        rt.record_event(ready, after)
+        rt.stream_wait_event(stream, ready)
         overhead = rt.preset.launch_overhead_ns
         blocked = []
-        for _ in range(tasks):
+        for k in range(tasks):
             t0 = rt.now()
-            rt.launch_kernel(Kernel(self._name("IsFinite"), rt.rng.randint(*FLOOD_KERNEL_NS), core="vector"), 1, stream)
+            # One IsFinite and one ReduceAll per tensor, as an overflow-check hook launches them.
+            kernel = Kernel(self._name("ReduceAll" if k % 2 else "IsFinite"), rt.rng.randint(*FLOOD_KERNEL_NS),
+                            core="vector")
+            rt.launch_kernel(kernel, 1, stream)
             t1 = rt.now()
             if t1 - t0 > overhead:
                 blocked.append((t0, t1, t1 - t0 - overhead))
         if not blocked:
             return
+        queue = rt.preset.queue_tasks
         self.log.add(
             "queue-congestion", where=where(stream, call_site=call_site, api="aclrtLaunchKernel"),
             when={"start_ns": blocked[0][0], "end_ns": blocked[-1][1]},
-            expected={"queue_tasks": FLOOD_QUEUE_TASKS, "max_queue_depth": FLOOD_QUEUE_TASKS,
-                      "blocked_launches": len(blocked), "blocked_ns": sum(b[2] for b in blocked),
-                      "max_blocked_ns": max(b[2] for b in blocked)},
-            detail=f"{tasks} IsFinite checks (one per tensor) launched back to back on one stream; its queue holds "
-                   f"{FLOOD_QUEUE_TASKS} tasks in this run (910B: 2013), shortened to keep the run short")
+            expected={"queue_tasks": queue, "max_queue_depth": queue, "blocked_launches": len(blocked),
+                      "blocked_ns": sum(b[2] for b in blocked), "max_blocked_ns": max(b[2] for b in blocked),
+                      "preset_override": PRESET_OVERRIDES["queue-congestion"]},
+            detail=f"{tasks} overflow checks queued on stream {stream.id} behind a wait for stream {after.id}; the "
+                   f"queue fills and the launch blocks. Every stream's queue holds {queue} tasks in this run "
+                   f"(910B: 2013), lowered to keep the run short; the model's streams stay far below it")
 
     # ------------------------------------------------------------------ bandwidth contention
     def contend(self, victim: Stream, nbytes: int) -> Callable[[int], None]:
@@ -246,18 +258,22 @@ class Injector:
 
     # ------------------------------------------------------------------ structural switches (reports only)
     def report_missing_sync(self, producer: int, consumer: int, consumer_stream: Stream, buffer: str) -> None:
-        """A consumer launched on another stream with no event after its producer."""
+        """A consumer on another stream that no event orders after the kernel producing `buffer`."""
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
             p, c = tasks[producer], tasks[consumer]
+            both = {"start_ns": max(p.start_ns, c.start_ns), "end_ns": min(p.end_ns, c.end_ns)}
             return {"when": {"start_ns": c.start_ns, "end_ns": max(c.start_ns, p.end_ns)},
                     "expected": {"producer": task_dict(p), "consumer": task_dict(c),
-                                 "early_ns": p.end_ns - c.start_ns, "manifested": c.start_ns < p.end_ns}}
+                                 "early_ns": p.end_ns - c.start_ns, "overlap": both,
+                                 "manifested": c.start_ns < p.end_ns}}
 
         self.log.add("missing-sync", where=where(consumer_stream, buffer=buffer), resolve=resolve,
-                     detail=f"the consumer reads {buffer} with no aclrtStreamWaitEvent on its producer's event")
+                     detail=f"the event the consumer waits for is recorded before the kernel that writes {buffer}; "
+                            "no event orders the consumer after that producer")
 
-    def report_serial_bubble(self, stream: Stream, prev_kernel: int | None, next_kernel: int, copies: list[int]) -> None:
+    def report_serial_bubble(self, stream: Stream, prev_kernel: int | None, next_kernel: int, copies: list[int],
+                             call_site: str) -> None:
         """Compute on `stream` stopped from `prev_kernel` to `next_kernel` while copies ran and the host synced."""
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
@@ -268,6 +284,6 @@ class Injector:
                     "expected": {"bubble_ns": end - start, "copy_ns": sum(c.end_ns - c.start_ns for c in cs),
                                  "copies": [task_dict(c) for c in cs]}}
 
-        self.log.add("serial-copies", where=where(stream), resolve=resolve,
+        self.log.add("serial-copies", where=where(stream, call_site=call_site), resolve=resolve,
                      detail="copies and compute share one stream and the host synchronizes after each copy, so "
                             "nothing is queued behind the copy")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-from runtime_emu.device import KERNEL, MEMCPY, MEMSET, Kernel, Stream
+from runtime_emu.device import COLLECTIVE, KERNEL, MEMCPY, MEMSET, Kernel, Stream
 from runtime_emu.presets import Preset
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class TaskTimes(NamedTuple):
 
 
 #: Device task kinds that occupy cores or links (event records and waits do not).
-BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, "collective")
+BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, COLLECTIVE)
 
 
 class TaskIndex:
@@ -142,12 +142,15 @@ class Scenario:
     #: Extra Runtime keyword arguments (a Topology for multi-rank jobs).
     runtime_options: Callable[[Config], dict[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "__doc__", self.description)  # help(scenario) shows its paragraph
+
 
 # ---------------------------------------------------------------------- kernels
 def op_kernel(rt: "Runtime", name: str, total_ns: float, core: str = "cube", blocks: int | None = None,
               jitter: float = 0.03) -> tuple[Kernel, int]:
     """A kernel that takes about `total_ns` on an idle device with `blocks` blocks (default: one
-    wave on every core of its type), with seeded run-to-run jitter of +-`jitter`."""
+    wave on every core of its type), with seeded run-to-run jitter of +-`jitter` (DEFAULT 3%)."""
     cores = rt.preset.cube_cores if core == "cube" else rt.preset.vector_cores
     blocks = blocks or cores
     waves = -(-blocks // cores)
@@ -156,10 +159,12 @@ def op_kernel(rt: "Runtime", name: str, total_ns: float, core: str = "cube", blo
 
 
 def launch_op(rt: "Runtime", stream: Stream, name: str, total_ns: float, core: str = "cube",
-              blocks: int | None = None, jitter: float = 0.03) -> int:
-    """Launch one operator's kernel on `stream`; returns its correlation id."""
+              blocks: int | None = None, jitter: float = 0.03, *, reads: tuple[int, ...] = (),
+              writes: tuple[int, ...] = ()) -> int:
+    """Launch one operator's kernel on `stream` (reading / writing the given device buffers, which
+    the trace records as `[access]` instants); returns its correlation id."""
     kernel, blocks = op_kernel(rt, name, total_ns, core, blocks, jitter)
-    return rt.launch_kernel(kernel, blocks, stream)
+    return rt.launch_kernel(kernel, blocks, stream, reads=reads, writes=writes)
 
 
 def jittered(rt: "Runtime", ns: float, jitter: float) -> int:
