@@ -72,9 +72,11 @@ def _streams(frames: Frames) -> list[dict]:
 def _peak_memory(frames: Frames) -> int | None:
     c = frames.counters
     if not c.empty:
-        alloc = c[c["name"].astype(str).isin(["Device memory allocated"])]
-        if len(alloc):
-            return int(alloc["value"].max())
+        names = c["name"].astype(str)
+        for name in ("Device memory used", "Device memory allocated"):
+            rows = c[names == name]
+            if len(rows):
+                return int(rows["value"].max())
     mem = frames.memory
     if mem.empty:
         return None

@@ -690,6 +690,8 @@ class Runtime:
                                        size, largest or 0, getattr(exc, "free_bytes", 0) or 0),
                                    '{"s":"t"}', "marker", dev.id, None, None, size, None,
                                    None if largest is None else float(largest), th.step))
+        # A failed caching allocation empties the cache before giving up: reserved changed.
+        self._memory_counters(th, dev)
 
     def _mem_event(self, th: HostThread, dev: Device, kind: str, addr: int, nbytes: int, source: str,
                    allocated: int, reserved: int | None, tag: str | None = None) -> None:
@@ -701,15 +703,21 @@ class Runtime:
                                    '{"s":"t"}', kind, dev.id, None, None, nbytes, addr, float(allocated), th.step))
         self._memory_counters(th, dev, allocated, reserved)
 
-    def _memory_counters(self, th: HostThread, dev: Device, allocated: int, reserved: int | None) -> None:
+    def _memory_counters(self, th: HostThread, dev: Device, *_ignored: Any) -> None:
+        """The device's memory state after a change: driver memory in use ("Device memory used"),
+        and, once a caching allocator exists, its allocated and reserved bytes (PyTorch's terms)."""
         if not self.sw.memory:
             return
         add = self.recorder.counters.extend
         code = self.recorder.code
         step = NULL if th.step is None else th.step
-        add((dev.rank, dev.pid, code("Device memory allocated"), th.clock, allocated, U_BYTES, dev.id, NULL, step))
-        if reserved is not None:
-            add((dev.rank, dev.pid, code("Device memory reserved"), th.clock, reserved, U_BYTES, dev.id, NULL, step))
+        add((dev.rank, dev.pid, code("Device memory used"), th.clock, dev.memory.used_bytes, U_BYTES, dev.id, NULL, step))
+        cache = dev.caching
+        if cache is not None:
+            add((dev.rank, dev.pid, code("Device memory allocated"), th.clock, cache.allocated_bytes, U_BYTES, dev.id,
+                 NULL, step))
+            add((dev.rank, dev.pid, code("Device memory reserved"), th.clock, cache.reserved_bytes, U_BYTES, dev.id,
+                 NULL, step))
 
     # ================================================================ API: steps, host work
     @contextlib.contextmanager
