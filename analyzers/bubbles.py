@@ -25,9 +25,13 @@ CAUSES = {
 
 @dataclass
 class BubbleConfig:
+    """Thresholds of the bubble analyzer (times in ns)."""
+
     min_gap_ns: int = 1_000  # gaps shorter than this are dispatch jitter, not bubbles
     warning_ratio: float = 0.10  # msprof-analyze advisor: free time > 10% of the step
     critical_ratio: float = 0.30
+    #: Cores starving while copies run is cheap to fix (overlap them), so it warns earlier.
+    copy_warning_ratio: float = 0.05
     producer_slack_ns: int = 5_000  # a producer "ends the gap" if it ends this close before it
     evidence: int = 5
 
@@ -46,7 +50,9 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     between a host synchronize, host work (data loading / preprocessing) and launch overhead;
     if it had been launched in time, it waited on the device -- for what ended just before on
     the device (a copy, a collective, or an event's producer). Per cause, the idle time summed
-    over steps is the time lost; its share of step time sets the severity.
+    over steps is the time lost; its share of step time sets the severity. Time within a gap
+    during which the device was copying counts as waiting on a copy, whatever ended the gap.
+    With three or more steps the first (pipeline fill, warm-up) is left out of the verdict.
     """
     ops = frames.device_ops
     compute = ops[ops["kind"].astype(str) == "kernel"]
@@ -67,10 +73,47 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     else:
         table = pd.concat(parts, ignore_index=True)
         table["cause"] = _classify(table, ops, frames, cfg)
-        table = table[cols]
-    findings = _findings(table, windows, frames, cfg)
+        table = _split_copy_time(table, ops)[cols]
+    steady = _drop_warmup(table, windows)
+    findings = _findings(steady, windows, frames, cfg)
     per_step = _per_step(table, windows, ops)
     return findings, {"per_step": per_step.to_dict("records"), "gaps": len(table)}
+
+
+def _drop_warmup(table: pd.DataFrame, windows: dict) -> pd.DataFrame:
+    """Leave the first step out of the verdict when there are three or more: it fills the
+    pipeline (first copies, caches, compilation) and is not what the job does in steady state."""
+    keep = np.ones(len(table), dtype=bool)
+    for rank, steps in windows.items():
+        numbered = sorted(k for k in steps if k is not None)
+        if len(numbered) >= 3:
+            keep &= ~((table["rank"] == rank) & (table["step"] == numbered[0])).to_numpy()
+    return table[keep]
+
+
+def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """The part of each gap during which the device was copying is 'waiting on a copy' time,
+    whatever ended the gap: the cores starved while data moved."""
+    copies = ops[ops["kind"].astype(str).isin(["memcpy", "memset"])]
+    if copies.empty:
+        return table
+    table = table.copy()
+    table["copy_ns"] = 0
+    for (rank, device), idx in table.groupby(["rank", "device"]).groups.items():
+        c = copies[(copies["rank"] == rank) & (copies["device"] == device)]
+        if c.empty:
+            continue
+        cover = _cover(c)
+        g = table.loc[idx]
+        table.loc[idx, "copy_ns"] = (cover(g["end"].to_numpy()) - cover(g["ts"].to_numpy())).astype(np.int64)
+    copy_part = table[(table["copy_ns"] > 0) & (table["cause"] != "copy")].copy()
+    copy_part["idle_ns"] = copy_part["copy_ns"]
+    copy_part["cause"] = "copy"
+    rest = table.copy()
+    moved = (rest["copy_ns"] > 0) & (rest["cause"] != "copy")
+    rest.loc[moved, "idle_ns"] = rest.loc[moved, "idle_ns"] - rest.loc[moved, "copy_ns"]
+    out = pd.concat([rest[rest["idle_ns"] > 0], copy_part], ignore_index=True)
+    return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
 
 
 def _step_windows(frames: Frames) -> dict[int, dict]:
@@ -204,8 +247,9 @@ def _findings(table: pd.DataFrame, windows: dict, frames: Frames, cfg: BubbleCon
         total = step_time[(rank, device)] or 1
         lost = int(g["idle_ns"].sum())
         ratio = lost / total
+        warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
         sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
-               Severity.WARNING if ratio >= cfg.warning_ratio else Severity.INFO)
+               Severity.WARNING if ratio >= warn else Severity.INFO)
         code, label = CAUSES[cause]
         top = g.sort_values("idle_ns", ascending=False).head(cfg.evidence)
         out.append(Finding(

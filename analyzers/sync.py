@@ -29,7 +29,8 @@ def analyze(frames: Frames, cfg: SyncConfig):
     is still running, although the host issued the write first: the dependency between the
     streams was never declared (no event record / wait).
 
-    Algorithm: per host thread, the summed duration of `sync` calls over the thread's span.
+    Algorithm: per host thread, the time inside `sync` calls during which no kernel ran on the
+    rank's devices, over the thread's span (waiting while the device is busy costs nothing).
     For missing sync, buffer accesses (`[access] read` / `[access] write` instants carrying the
     buffer address and the task's corr id) are joined to their tasks; a read whose task starts
     before a write to the same address on another stream ends, with the write launched first,
@@ -48,14 +49,18 @@ def analyze(frames: Frames, cfg: SyncConfig):
             span = int((g["ts"] + g["dur"].fillna(0)).max() - g["ts"].min()) or 1
             stalled = int(sync["dur"].fillna(0).sum())
             stalls.append({"rank": int(rank), "tid": int(tid), "sync_ns": stalled, "span_ns": span})
-            if stalled >= cfg.min_stall_ns and stalled >= cfg.stall_ratio * span:
+            # Waiting costs time only while the device has nothing to do: a host blocked in a
+            # sync while the device is busy is a healthy serving loop.
+            idle_in_sync = _device_idle_during(frames, rank, sync)
+            if idle_in_sync >= cfg.min_stall_ns and idle_in_sync >= cfg.stall_ratio * span:
                 top = sync.sort_values("dur", ascending=False).head(cfg.evidence)
                 findings.append(Finding(
                     code="SYNC_STALL", severity=Severity.WARNING, title="Host stalls in synchronize calls",
                     message=(f"rank {rank} thread {tid}: {stalled / 1e6:.3f} ms ({stalled / span:.0%} of its span) "
-                             f"inside {len(sync)} synchronize calls"),
-                    rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
-                    value=round(stalled / span, 4), threshold=cfg.stall_ratio, lost_ns=stalled,
+                             f"inside {len(sync)} synchronize calls, {idle_in_sync / 1e6:.3f} ms of it with the "
+                             f"device idle"),
+                    rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="idle_sync_share",
+                    value=round(idle_in_sync / span, 4), threshold=cfg.stall_ratio, lost_ns=idle_in_sync,
                     evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
     races = _races(frames, acc)
     for (rank, addr), g in races.groupby(["rank", "addr"]) if not races.empty else []:
@@ -70,6 +75,20 @@ def analyze(frames: Frames, cfg: SyncConfig):
             evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
                        "overlap_ns": int(r.w_end - r.r_ts)} for r in g.head(cfg.evidence).itertuples()]))
     return findings, {"host_threads": stalls, "races": len(races)}
+
+
+def _device_idle_during(frames: Frames, rank: int, calls: pd.DataFrame) -> int:
+    """Time inside `calls` during which no kernel ran on the rank's devices."""
+    if calls.empty:
+        return 0
+    from analyzers.bubbles import _cover
+
+    ops = frames.device_ops
+    k = ops[(ops["rank"] == rank) & (ops["kind"].astype(str) == "kernel")]
+    a = calls["ts"].to_numpy()
+    b = a + calls["dur"].fillna(0).to_numpy()
+    busy = (_cover(k)(b) - _cover(k)(a)) if len(k) else 0
+    return int(((b - a) - busy).sum())
 
 
 def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:

@@ -48,7 +48,9 @@ def test_bubble_from_host_preprocessing_is_classified_as_data_loading():
     data = findings(result, "BUBBLE_DATA")
     assert len(data) == 1
     # Each step: 100 us of preprocessing, then launch (1 us) + dispatch (0.5 us) before the kernel.
-    assert data[0].lost_ns == 3 * 101_500
+    # The first of three steps is pipeline fill and stays out of the verdict (not of the metrics).
+    assert data[0].lost_ns == 2 * 101_500
+    assert [r["idle_ns"] for r in result.metrics["bubbles"]["per_step"]] == [101_500] * 3
     assert data[0].severity == Severity.CRITICAL  # 101.5 of ~121.7 us per step
     assert data[0].lookup.remedy.startswith("Overlap preprocessing")
 
@@ -140,18 +142,21 @@ def test_tiny_kernels_are_launch_bound():
 def test_sync_stall_and_missing_sync():
     rt = new()
     prod, cons = rt.create_stream(), rt.create_stream()
-    buf = rt.malloc(1 << 20)
+    buf = rt.malloc(4_000_000)
     rt.launch_kernel(Kernel("producer", 100_000), 4, prod, writes=(buf,))
     # no event between them; the consumer runs on the Vector cores, so nothing else orders them
     rt.launch_kernel(Kernel("consumer", 1_000, core="vector"), 2, cons, reads=(buf,))
+    host = rt.malloc_host(4_000_000)
     for _ in range(5):
-        rt.launch_kernel(Kernel("k", 400_000), 4, prod)
+        # Reading results back with a sync while no kernel runs: the cores idle for it.
+        rt.memcpy_async(host, 4_000_000, buf, 4_000_000, acl.ACL_MEMCPY_DEVICE_TO_HOST, prod)
         rt.synchronize_stream(prod)
+        rt.launch_kernel(Kernel("k", 40_000), 4, prod)
     result = run(rt.finish().trace, ["sync"])
     (race,) = findings(result, "MISSING_SYNC")
     assert race.evidence[0]["writer"] == "producer" and race.evidence[0]["reader"] == "consumer"
     (stall,) = findings(result, "SYNC_STALL")
-    assert stall.value > 0.9
+    assert stall.value > 0.8  # share of the thread's span spent syncing with idle cores
 
 
 def test_slow_rank_in_a_two_rank_job():

@@ -1,4 +1,4 @@
-"""ResNet-50 image classification, served in batches (default 16 images of 224x224, fp16) on one NPU.
+"""ResNet-50 image classification, served in batches (default 16 images of 224x224, fp32 in, fp16 compute) on one NPU.
 Each batch is copied in from pinned memory (H2D), converted to the NPU's 5HD layout (TransData), run
 through the network op by op (Conv2D on the Cube cores; BNInfer, Relu, Add, MaxPoolV3, ReduceMeanD
 and SoftmaxV2 on the Vector cores; MatMulV2 for the classifier), reduced to the top-5 classes
@@ -29,7 +29,7 @@ TRANSDATA_NS_PER_IMAGE = 1_200  # DEFAULT: NCHW -> NC1HWC0 of one 3x224x224 imag
 TOPK_NS_PER_IMAGE = 500  # DEFAULT
 POSTPROCESS_NS = 30_000  # DEFAULT: host side: top-5 indices to labels
 WEIGHT_BYTES = 25_557_032 * 2  # ResNet-50's parameters in fp16
-IMAGE_BYTES = 3 * 224 * 224 * 2  # one input image, NCHW fp16
+IMAGE_BYTES = 3 * 224 * 224 * 4  # one input image as the host hands it over: NCHW fp32 (TransData casts)
 IMAGE_5HD_BYTES = 16 * 224 * 224 * 2  # NC1HWC0 pads 3 channels to C0 = 16
 FEATURES_BYTES = 2048 * 7 * 7 * 2  # layer-4 output per image, what the leak keeps
 TOPK_BYTES = 5 * (2 + 4)  # top-5 values (fp16) and indices (int32) per image
