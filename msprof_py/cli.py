@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from msprof_py import loading, report
-from msprof_py.compare import compare, render_diff, render_findings
+from msprof_py.compare import compare, render_diff, render_findings, render_scores
 from msprof_py.errors import MsprofError
 from msprof_py.summary import render, summarize
 from msprof_py.trace import Trace, export_chrome, write_trace
@@ -199,6 +199,33 @@ def diff_cmd(
         typer.echo(json.dumps(table, indent=2, default=str))
     else:
         Console().print(render_diff(table, str(base), str(new)))
+
+
+@app.command("eval")
+def eval_cmd(
+    scenario: Annotated[Optional[list[str]], typer.Option(
+        "--scenario", "-s", show_default=False, help="Scenario to score (repeatable); default: all.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every run.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+) -> None:
+    """Score the analyzers: run scenarios healthy and with each problem switch, compare findings
+    with the emulator's ground truth, print precision / recall per problem and false alarms."""
+    from analyzers.accuracy import TARGETED, cases_for, evaluate
+    from runtime_emu import scenarios
+
+    unknown = [s for s in scenario or [] if s not in scenarios.SCENARIOS]
+    if unknown:
+        raise MsprofError(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(sorted(scenarios.SCENARIOS))}")
+    cases = cases_for(scenarios.SCENARIOS, scenario)
+    with loading.progress_reporter(0, force=None) as report_progress:
+        done = iter(range(1, len(cases) + 1))
+        scores = evaluate(cases, scenarios.run, seed=seed,
+                          progress=lambda _name: report_progress("evaluate", next(done), len(cases)))
+    table, alarms = scores.table(), scores.false_alarms()
+    if as_json:
+        typer.echo(json.dumps({"problems": table, "false_alarms": alarms, "runs": len(cases)}, indent=2))
+        return
+    Console().print(render_scores(table, alarms, len(cases), TARGETED))
 
 
 def _window(window: str) -> str:
