@@ -40,22 +40,24 @@ class Frames:
 
     @cached_property
     def table(self) -> pa.Table:
-        t = self.trace.table
+        """The analyzed rows, with only the columns analyzers read (no args / extra / id)."""
+        t = self.trace.table.select(list(_COLUMNS))
         if self.window == "all":
             return t
-        kind = t.column("kind").cast(pa.string())
-        step_rows = t.filter(pc.and_(pc.equal(kind, "step"), pc.equal(t.column("ph").cast(pa.string()), "X")))
-        if step_rows.num_rows < 2:
+        kinds = self.kinds_of(t)
+        ph = t.column("ph").combine_chunks()
+        is_x = np.asarray(ph.indices) == ph.dictionary.to_pylist().index("X") if "X" in ph.dictionary.to_pylist() \
+            else np.zeros(t.num_rows, dtype=bool)
+        step_mask = (kinds == "step") & is_x
+        if step_mask.sum() < 2:
             return t
         keep = np.ones(t.num_rows, dtype=bool)
         rank = t.column("rank").to_numpy()
         ts = t.column("ts").to_numpy()
         corr = t.column("corr").to_numpy(zero_copy_only=False)
-        kinds = kind.to_numpy(zero_copy_only=False)
         device = np.isin(kinds, DEVICE_KINDS)
         host = ~device & ~np.isin(kinds, ("flow", "meta", "counter"))
-        srank = step_rows.column("rank").to_numpy()
-        sts = step_rows.column("ts").to_numpy()
+        srank, sts = rank[step_mask], ts[step_mask]
         for r in np.unique(srank):
             cutoff = sts[srank == r].max()
             mine = rank == r
@@ -65,14 +67,23 @@ class Frames:
             keep[mine & device] = np.isin(corr[mine & device], kept)
         return t.filter(pa.array(keep))
 
+    @staticmethod
+    def kinds_of(t: pa.Table) -> np.ndarray:
+        """The kind of every row as a numpy array of names, via the dictionary (no string casts)."""
+        col = t.column("kind").combine_chunks()
+        names = np.array(col.dictionary.to_pylist(), dtype=object)
+        return names[np.asarray(col.indices)] if len(col) else np.array([], dtype=object)
+
     def _select(self, kinds: tuple[str, ...], columns: tuple[str, ...] = _COLUMNS) -> pd.DataFrame:
         t = self.table
-        mask = pc.is_in(t.column("kind").cast(pa.string()), value_set=pa.array(kinds))
-        sub = t.filter(mask).select(list(columns))
+        col = t.column("kind").combine_chunks()
+        wanted = [i for i, k in enumerate(col.dictionary.to_pylist()) if k in kinds]
+        mask = np.isin(np.asarray(col.indices), wanted)
+        sub = t.filter(pa.array(mask)).select(list(columns))
         df = sub.to_pandas()
-        for col in ("kind", "ph", "name", "cat"):
-            if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
-                df[col] = df[col].cat.remove_unused_categories()
+        for c in ("kind", "ph", "name", "cat"):
+            if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
+                df[c] = df[c].cat.remove_unused_categories()
         return df
 
     @cached_property
