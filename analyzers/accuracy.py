@@ -26,7 +26,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "bandwidth-contention": ("BANDWIDTH_CONTENTION",),
     "missing-sync": ("MISSING_SYNC",),
     "slow-rank": ("SLOW_RANK",),
-    "slow-link": ("SLOW_LINK", "BANDWIDTH_CONTENTION"),
+    "slow-link": ("SLOW_LINK",),
 }
 #: The problem kinds with accuracy targets (precision and recall >= 0.95).
 TARGETED = ("serial-copies", "queue-congestion", "leak", "bandwidth-contention")

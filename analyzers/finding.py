@@ -137,7 +137,7 @@ def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | 
 
 def _load_all() -> None:
     # Importing the analyzer modules registers them.
-    from analyzers import bandwidth, bubbles, launch, memory, queue, ranks, sync  # noqa: F401
+    from analyzers import bandwidth, bubbles, launch, links, memory, queue, ranks, sync  # noqa: F401
 
 
 @lru_cache(maxsize=1)

@@ -207,3 +207,27 @@ def test_every_finding_code_has_a_lookup_entry_covering_the_domain_rows():
         assert table[code].symptom and table[code].cause and table[code].remedy and table[code].references
     assert "fragmentation" in table["MEMORY_FRAGMENTATION"].cause.lower()
     assert Frames  # the public view analyzers share
+
+
+def test_slow_link_found_from_link_counters_and_healthy_links_pass():
+    from runtime_emu import hccl
+
+    def job(overrides):
+        rt = Runtime(preset=P, topology=topology.server(4, overrides=overrides))
+        acl._current = rt
+
+        def program(rank):
+            rt.set_device(rank)
+            s = rt.create_stream()
+            comm = hccl.comm_init_all()
+            buf = rt.malloc(64 << 20)
+            for _ in range(2):
+                hccl.all_reduce(buf, buf, 4 << 20, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm, s)
+            rt.synchronize_stream(s)
+
+        rt.run_ranks(program)
+        return run(rt.finish().trace, ["links"])
+
+    assert findings(job({}), "SLOW_LINK") == []
+    (f,) = findings(job({"r1->r2.hccs": 7.0}), "SLOW_LINK")
+    assert f.rank == 1 and f.value == 0.25 and f.severity == Severity.CRITICAL

@@ -1,0 +1,68 @@
+"""Slow links: an interconnect link that never reaches its nominal bandwidth."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.frames import Frames
+
+_LINK = re.compile(r"^r(?P<rank>\d+)(?:\.d\d+)?(?:->r(?P<peer>\d+))?\.(?P<type>hccs|roce_tx|roce_rx|pcie_h2d|pcie_d2h|hbm) GB/s$")
+
+
+@dataclass
+class LinkConfig:
+    slow_ratio: float = 0.5  # the best rate a link reached, as a share of its nominal bandwidth
+    min_busy_ns: int = 20_000  # ignore links that carried almost nothing
+
+
+@register("links", LinkConfig)
+def analyze(frames: Frames, cfg: LinkConfig):
+    """Slow link.
+
+    Pattern: one interconnect link (HCCS, RoCE, PCIe) carries traffic but never reaches its
+    nominal bandwidth, so every transfer or collective step crossing it is slow.
+
+    Algorithm: the per-link "GB/s in use" counters (recorded by the emulator; msprof's
+    hardware-bandwidth counters play the same role) give each link's best rate while busy and
+    its busy time. Nominal bandwidth per link type comes from the topology and device preset
+    in the trace metadata (a specification, not a measurement). A link whose best rate stays
+    under `slow_ratio` x nominal although it was busy for `min_busy_ns` is slow; the time
+    lost is its busy time times (1 - best / nominal).
+    """
+    c = frames.counters
+    if c.empty:
+        raise Skipped("no link bandwidth counters in the trace (record with --sys-hardware-mem=on)")
+    names = c["name"].astype(str)
+    rows = c[names.str.endswith(" GB/s")]
+    if rows.empty:
+        raise Skipped("no link bandwidth counters in the trace (record with --sys-hardware-mem=on)")
+    extra = frames.trace.meta.extra
+    topo, preset = extra.get("topology") or {}, extra.get("preset") or {}
+    nominal = {"hccs": topo.get("hccs_gbps"), "roce_tx": topo.get("roce_gbps"), "roce_rx": topo.get("roce_gbps"),
+               "pcie_h2d": preset.get("pcie_gbps"), "pcie_d2h": preset.get("pcie_gbps"), "hbm": preset.get("hbm_gbps")}
+    findings, metrics = [], []
+    for name, g in rows.groupby(names[rows.index], sort=True):
+        m = _LINK.match(name)
+        if not m or not nominal.get(m["type"]):
+            continue
+        g = g.sort_values("ts", kind="stable")
+        ts, val = g["ts"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
+        busy = float(((np.diff(ts)) * (val[:-1] > 0)).sum()) if len(ts) > 1 else 0.0
+        best = float(val.max())
+        nom = float(nominal[m["type"]])
+        metrics.append({"link": name[:-5], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy)})
+        if busy < cfg.min_busy_ns or best >= cfg.slow_ratio * nom:
+            continue
+        findings.append(Finding(
+            code="SLOW_LINK", severity=Severity.CRITICAL if best < 0.3 * nom else Severity.WARNING,
+            title=f"Slow link {name[:-5]}",
+            message=(f"link {name[:-5]} never exceeded {best:.2f} GB/s of its nominal {nom:.2f} GB/s over "
+                     f"{busy / 1e6:.3f} ms of traffic"),
+            rank=int(m["rank"]), ts_ns=int(ts[0]), dur_ns=int(ts[-1] - ts[0]), metric="best_over_nominal",
+            value=round(best / nom, 4), threshold=cfg.slow_ratio, lost_ns=int(busy * (1 - best / nom)),
+            evidence=[{"link": name[:-5], "best_gbps": best, "nominal_gbps": nom, "peer": m["peer"]}]))
+    return findings, {"links": metrics}
