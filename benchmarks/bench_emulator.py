@@ -69,8 +69,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -80,6 +78,7 @@ from heapq import heappush
 from pathlib import Path
 
 import simpy
+from _common import environment
 from simpy.core import NORMAL, URGENT
 
 from runtime_emu import PRESETS, Kernel, Preset, Runtime
@@ -511,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    import msprof_py
 
     console = Console()
     with tempfile.TemporaryDirectory(prefix="bench_emulator_") as tmp:
@@ -540,9 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernels": [{"name": k, "block_ns": ns, "core": c} for k, ns, c in KERNELS],
             "blocks": list(BLOCKS),
             "targets": {"speedup_min": TARGET_SPEEDUP, "events_per_s_min": TARGET_EVENTS_PER_S},
-            "env": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpu_count": os.cpu_count(), "simpy": _dist_version("simpy"),
-                    "msprof_py": getattr(msprof_py, "__version__", None) or _dist_version("msprof-py")},
+            "env": environment(simpy="simpy", msprof_py="msprof-py"),
             "equivalence": checks,
             "result": r,
             "models_agree": same,
@@ -555,15 +551,6 @@ def main(argv: list[str] | None = None) -> int:
 
     console.print(summary, markup=False, highlight=False)
     return 0
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:
-        return None
 
 
 if __name__ == "__main__":

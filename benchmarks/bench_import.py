@@ -41,8 +41,6 @@ import gc
 import gzip
 import json
 import logging
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -50,6 +48,8 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from _common import environment
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES_DIR = REPO_ROOT.parent / "shared" / "real_traces"
@@ -267,9 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             if rss[f]["parent_rss_at_spawn"] >= rss[f]["peak_rss"]:
                 console.print(f"[yellow]{f.name}: child ru_maxrss may be the parent's RSS inherited at spawn[/]")
 
-    import hta
 
-    import msprof_py
     from msprof_py.trace import import_trace
 
     results = []
@@ -299,10 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets": {"hta_over_import_min": TARGET_HTA_OVER_IMPORT,
                         "hta_over_parquet_min": TARGET_HTA_OVER_PARQUET,
                         "rss_delta_over_json_max": TARGET_RSS_OVER_JSON},
-            "env": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpu_count": os.cpu_count(),
-                    "hta": getattr(hta, "__version__", None) or _dist_version("HolisticTraceAnalysis"),
-                    "msprof_py": getattr(msprof_py, "__version__", None) or _dist_version("msprof-py")},
+            "env": environment(hta="HolisticTraceAnalysis", msprof_py="msprof-py"),
             "results": results,
             "passed": passed,
             "checks": len(checks),
@@ -313,15 +308,6 @@ def main(argv: list[str] | None = None) -> int:
 
     console.print(summary, markup=False, highlight=False)
     return 0
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:
-        return None
 
 
 if __name__ == "__main__":
