@@ -62,8 +62,12 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     parts = []
     for (rank, device), dev_ops in compute.groupby(["rank", "device"], sort=True):
         dev_ops = dev_ops.sort_values("ts", kind="stable").reset_index(drop=True)
+        ts = dev_ops["ts"].to_numpy()
+        run_end = np.maximum.accumulate(dev_ops["end"].to_numpy())
         for step, (w0, w1) in windows.get(rank, {None: frames.span}).items():
-            g = _gaps(dev_ops, w0, w1, cfg.min_gap_ns)
+            # Only the kernels that can touch this window (ends are cumulative maxima, sorted).
+            lo, hi = np.searchsorted(run_end, w0, side="right"), np.searchsorted(ts, w1, side="left")
+            g = _gaps(dev_ops.iloc[lo:hi], w0, w1, cfg.min_gap_ns)
             if len(g):
                 parts.append(g.assign(rank=rank, device=device, step=step, step_start=w0, step_end=w1))
     cols = ["rank", "device", "step", "step_start", "step_end", "ts", "idle_ns", "cause", "next_name", "next_corr",
@@ -127,7 +131,7 @@ def _step_windows(frames: Frames) -> dict[int, dict]:
 def _gaps(dev_ops: pd.DataFrame, w0: int, w1: int, min_gap: int) -> pd.DataFrame:
     """Idle spans of one device inside [w0, w1): before the first op, between ops, after the last."""
     ts, end = dev_ops["ts"].to_numpy(), dev_ops["end"].to_numpy()
-    run_end = np.maximum.accumulate(end)
+    run_end = np.maximum.accumulate(end) if len(end) else end
     starts = np.concatenate([[w0], run_end])
     stops = np.concatenate([ts, [w1]])
     nxt = np.concatenate([np.arange(len(ts)), [-1]])
@@ -135,7 +139,11 @@ def _gaps(dev_ops: pd.DataFrame, w0: int, w1: int, min_gap: int) -> pd.DataFrame
     keep = (hi - lo) >= min_gap
     lo, hi, nxt = lo[keep], hi[keep], nxt[keep]
     has = nxt >= 0
-    pick = dev_ops.iloc[np.where(has, nxt, 0)]
+    if not len(dev_ops):  # no kernel touches the window: one gap, ended by nothing
+        pick = pd.DataFrame({"name": [None] * len(lo), "corr": np.nan, "stream": -1, "kind": ""})
+        has = np.zeros(len(lo), dtype=bool)
+    else:
+        pick = dev_ops.iloc[np.where(has, nxt, 0)]
     return pd.DataFrame({
         "ts": lo.astype(np.int64), "end": hi.astype(np.int64), "idle_ns": (hi - lo).astype(np.int64),
         "next_name": np.where(has, pick["name"].astype(str).to_numpy(), None),

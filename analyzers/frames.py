@@ -17,8 +17,10 @@ import pyarrow.compute as pc
 from msprof_py.trace.schema import Trace
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
-_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "pid", "tid", "kind", "device", "stream", "corr", "bytes", "addr",
-            "value", "step")
+#: The columns analyzers read (a table loaded for analysis needs no more: args, extra and id stay on disk).
+ANALYSIS_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "pid", "tid", "kind", "device", "stream", "corr", "bytes",
+                    "addr", "value", "step")
+_COLUMNS = ANALYSIS_COLUMNS
 
 
 @dataclass
@@ -89,7 +91,8 @@ class Frames:
     @cached_property
     def device_ops(self) -> pd.DataFrame:
         """Kernels, copies, memsets and collectives that ran on a stream, sorted per stream by ts."""
-        df = self._select(DEVICE_KINDS)
+        df = self._select(DEVICE_KINDS, ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr",
+                                          "bytes", "value"))
         df = df[df["stream"].notna() & (df["ph"] == "X")].copy()
         df["dur"] = df["dur"].fillna(0).astype(np.int64)
         df["end"] = df["ts"] + df["dur"]
@@ -100,25 +103,27 @@ class Frames:
     @cached_property
     def launches(self) -> pd.DataFrame:
         """Host calls that put work on a stream (kind launch), with the device op they created."""
-        df = self._select(("launch",))
+        df = self._select(("launch",), ("rank", "ph", "name", "ts", "dur", "pid", "tid", "corr", "kind"))
         return df[df["corr"].notna()].reset_index(drop=True)
 
     @cached_property
     def host_calls(self) -> pd.DataFrame:
-        df = self._select(("api", "launch", "sync", "wait"))
+        df = self._select(("api", "launch", "sync", "wait"), ("rank", "ph", "name", "cat", "ts", "dur", "pid", "tid",
+                                                            "kind"))
         return df[df["ph"] == "X"].reset_index(drop=True)
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        return self._select(("alloc", "free")).sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
+        df = self._select(("alloc", "free"), ("rank", "name", "ts", "kind", "device", "bytes", "addr", "value", "step"))
+        return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
 
     @cached_property
     def counters(self) -> pd.DataFrame:
-        return self._select(("counter",))
+        return self._select(("counter",), ("rank", "name", "ts", "value", "device", "stream"))
 
     @cached_property
     def steps(self) -> pd.DataFrame:
-        df = self._select(("step",))
+        df = self._select(("step",), ("rank", "ph", "name", "ts", "dur", "step"))
         df = df[df["ph"] == "X"].copy()
         df["end"] = df["ts"] + df["dur"].fillna(0).astype(np.int64)
         return df.sort_values(["rank", "ts"]).reset_index(drop=True)

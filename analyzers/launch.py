@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
@@ -35,7 +34,7 @@ def analyze(frames: Frames, cfg: LaunchConfig):
         raise Skipped("no kernels in the trace")
     la = frames.launches.drop_duplicates(["rank", "corr"])
     # When each launch call returned: its task could not start earlier.
-    launches = (la["ts"] + la["dur"].fillna(0)).set_axis(pd.MultiIndex.from_frame(la[["rank", "corr"]]))
+    launches = la[["rank", "corr"]].assign(launch_end=la["ts"] + la["dur"].fillna(0))
     findings, metrics = [], []
     for (rank, device), g in ops.groupby(["rank", "device"]):
         k = g[g["kind"].astype(str) == "kernel"]
@@ -47,7 +46,7 @@ def analyze(frames: Frames, cfg: LaunchConfig):
         g = g.sort_values("ts", kind="stable")
         run_end = np.maximum.accumulate(g["end"].to_numpy())
         gap = np.concatenate([[0], g["ts"].to_numpy()[1:] - run_end[:-1]]).clip(min=0)
-        lts = np.array([launches.get((rank, c), np.nan) for c in g["corr"]], dtype=np.float64)
+        lts = g[["rank", "corr"]].merge(launches, on=["rank", "corr"], how="left")["launch_end"].to_numpy(np.float64)
         prev_end = np.concatenate([[np.inf], run_end[:-1]]).astype(np.float64)
         waited = (g["kind"].astype(str).to_numpy() == "kernel") & (g["dur"].to_numpy() < cfg.small_ns) & \
             (lts >= prev_end)

@@ -71,11 +71,11 @@ def hta(path: Path, workdir: Path) -> float:
 
 _BIG = """
 import resource, sys, time, json
-from msprof_py.trace import read_trace
+from msprof_py.loading import load_any
 from analyzers import Frames, run
 from analyzers.overview import overview
 t = time.perf_counter()
-trace = read_trace(sys.argv[1])
+trace = load_any(sys.argv[1], analysis_only=True)  # what msprof-py analyze / report load
 t_load = time.perf_counter() - t
 frames = Frames(trace)
 result = run(trace, frames=frames)
