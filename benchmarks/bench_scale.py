@@ -13,6 +13,10 @@ What it measures, in one process:
   * peak RSS    `resource.getrusage(RUSAGE_SELF).ru_maxrss` after the run (the process's high-water
                 mark, so it includes the two small calibration runs, which peak far lower).
 
+`--no-gc` runs the measured run with Python's cyclic garbage collector disabled (`gc.disable()`),
+to show what its passes over the growing recording cost; the default keeps it on, as a user's
+program would.
+
 The step count comes from two calibration runs (1 and 2 steps at `--layers` layers): events grow
 linearly with steps, so steps = ceil((target - events(1)) / (events(2) - events(1))) + 1.
 
@@ -21,6 +25,7 @@ Run (from the repo root, with the dev venv):
     python benchmarks/bench_scale.py                          # >= 10M events, 22 layers
     python benchmarks/bench_scale.py --events 1000000         # a quick look
     python benchmarks/bench_scale.py --write /tmp/scale --json bench_scale.json
+    python benchmarks/bench_scale.py --no-gc                  # the same without the cyclic GC
 
 It prints a table and exits 0; it is a measurement, not a test.
 """
@@ -28,6 +33,7 @@ It prints a table and exits 0; it is a measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import platform
@@ -57,12 +63,16 @@ def plan(target: int, layers: int) -> tuple[int, int, int]:
     return max(1, math.ceil((target - one) / per_step) + 1), one, per_step
 
 
-def measure(layers: int, steps: int, write: Path | None) -> dict:
+def measure(layers: int, steps: int, write: Path | None, use_gc: bool = True) -> dict:
+    if not use_gc:
+        gc.collect()
+        gc.disable()
     t0 = time.perf_counter()
     result = scenarios.run(SCENARIO, layers=layers, steps=steps)
     wall = time.perf_counter() - t0
+    gc.enable()
     out = {"scenario": SCENARIO, "ranks": result.trace.meta.world_size, "layers": layers, "steps": steps,
-           "events": result.trace.table.num_rows, "wall_s": wall}
+           "events": result.trace.table.num_rows, "wall_s": wall, "gc": use_gc}
     out["events_per_s"] = out["events"] / wall
     if write is not None:
         from msprof_py.trace import write_trace
@@ -80,7 +90,7 @@ def measure(layers: int, steps: int, write: Path | None) -> dict:
 
 def show(row: dict, planned: tuple[int, int, int], target: int) -> None:
     table = Table(title=f"{SCENARIO} scaled to >= {target:,} events ({platform.python_implementation()} "
-                        f"{platform.python_version()}, {platform.machine()})")
+                        f"{platform.python_version()}, {platform.machine()}, gc {'on' if row['gc'] else 'off'})")
     for col in ("ranks", "layers", "steps", "events", "wall time", "events/s", "peak RSS", "RSS/event"):
         table.add_column(col, justify="right")
     table.add_row(str(row["ranks"]), str(row["layers"]), str(row["steps"]), f"{row['events']:,}",
@@ -100,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=TINYLLAMA_LAYERS, help="decoder layers (default 22)")
     parser.add_argument("--write", type=Path, help="also write the rank-partitioned Parquet here and time it")
     parser.add_argument("--json", type=Path, help="write the measurement as JSON here")
+    parser.add_argument("--no-gc", action="store_true", help="disable the cyclic garbage collector for the run")
     args = parser.parse_args(argv)
     planned = plan(args.events, args.layers)
-    row = measure(args.layers, planned[0], args.write)
+    row = measure(args.layers, planned[0], args.write, use_gc=not args.no_gc)
     show(row, planned, args.events)
     if args.json:
         args.json.write_text(json.dumps(row, indent=2) + "\n")

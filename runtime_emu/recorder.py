@@ -50,6 +50,8 @@ class Switches:
 
 #: Widths of the flat numeric buffers (fields per row).
 TASK_W, API_W, FLOW_W, COUNTER_W = 16, 13, 9, 9
+#: Buffer length (ints) past which the runtime spills buffers into arrays.
+SPILL_INTS = 1 << 20
 NULL = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
 
 
@@ -72,6 +74,27 @@ class Recorder:
     rows: list[tuple] = field(default_factory=list)
     strings: dict[str, int] = field(default_factory=dict)
     _named: set = field(default_factory=set)
+    #: Full buffers moved out of Python lists into int64 arrays (see spill()).
+    _spilled: dict = field(default_factory=dict)
+
+    def spill(self) -> None:
+        """Move the numeric buffers into arrays. A list of millions of ints makes every full
+        garbage-collector pass walk it (half the run time at 10M events); an array is not a
+        container the collector visits. Called every SPILL_ROWS or so by the runtime."""
+        for name in ("tasks", "apis", "flows", "counters"):
+            buf = getattr(self, name)
+            if buf:
+                self._spilled.setdefault(name, []).append(np.array(buf, dtype=np.int64))
+                setattr(self, name, [])
+
+    def _buffer(self, name: str, width: int) -> np.ndarray | None:
+        parts = self._spilled.pop(name, [])
+        flat = getattr(self, name)
+        if flat:
+            parts.append(np.array(flat, dtype=np.int64))
+        if not parts:
+            return None
+        return (np.concatenate(parts) if len(parts) > 1 else parts[0]).reshape(-1, width)
 
     def code(self, text: str) -> int:
         """A small integer standing for `text` in the numeric buffers."""
@@ -81,8 +104,11 @@ class Recorder:
         return c
 
     def __len__(self) -> int:
-        return (len(self.tasks) // TASK_W + len(self.apis) // API_W + len(self.flows) // FLOW_W
-                + len(self.counters) // COUNTER_W + len(self.rows))
+        spilled = {k: sum(len(a) for a in v) for k, v in self._spilled.items()}
+        return ((len(self.tasks) + spilled.get("tasks", 0)) // TASK_W
+                + (len(self.apis) + spilled.get("apis", 0)) // API_W
+                + (len(self.flows) + spilled.get("flows", 0)) // FLOW_W
+                + (len(self.counters) + spilled.get("counters", 0)) // COUNTER_W + len(self.rows))
 
     # ------------------------------------------------------------------ metadata
     def name_process(self, rank: int, pid: int, name: str, label: str | None = None, sort: int | None = None) -> None:
@@ -109,10 +135,10 @@ class Recorder:
         strings = pa.array(sorted(self.strings, key=self.strings.__getitem__), pa.string())
         # Full rows first: metadata (process / thread names) then leads each time group.
         parts = [t for t in (_rows_table(self.rows),
-                             _tasks_table(_grid(self.tasks, TASK_W), strings),
-                             _apis_table(_grid(self.apis, API_W), strings),
-                             _flows_table(_grid(self.flows, FLOW_W)),
-                             _counters_table(_grid(self.counters, COUNTER_W), strings)) if t is not None]
+                             _tasks_table(self._buffer("tasks", TASK_W), strings),
+                             _apis_table(self._buffer("apis", API_W), strings),
+                             _flows_table(self._buffer("flows", FLOW_W)),
+                             _counters_table(self._buffer("counters", COUNTER_W), strings)) if t is not None]
         self.tasks, self.apis, self.flows, self.counters, self.rows = [], [], [], [], []
         table = pa.concat_tables(parts) if parts else _rows_table([(None,) * len(COLUMN_NAMES)]).slice(0, 0)
         cols = {name: table.column(name) for name in COLUMN_NAMES}
@@ -162,12 +188,6 @@ def _text(values) -> pa.Array:
 
 def _join(*parts) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
-
-
-def _grid(flat: list[int], width: int) -> np.ndarray | None:
-    if not flat:
-        return None
-    return np.array(flat, dtype=np.int64).reshape(-1, width)
 
 
 def _ints(col: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:

@@ -46,6 +46,7 @@ from runtime_emu.recorder import (
     K_WAIT,
     LINKS_PID,
     NULL,
+    SPILL_INTS,
     U_BYTES,
     U_DEPTH,
     Recorder,
@@ -120,7 +121,7 @@ class Runtime:
         self._next_event = 0
         self._pinned_next = PINNED_BASE
         self._pinned: dict[int, int] = {}
-        self._step_next: dict[int, int] = {}
+        self._step_next: dict[tuple[int, int], int] = {}
         self.task_log: list[tuple] = []  # (name, stream, start_ns, end_ns): SimPy-style test log
         self.gt_tasks: list[tuple] = []
         self.gt_host_blocks: list[tuple] = []
@@ -164,8 +165,9 @@ class Runtime:
             raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was finalized; call acl.init() again")
         th = self.coord.current()
         self.coord.enter(th)
-        if th.tid not in self._step_next:
-            self._step_next[th.tid] = 0
+        key = (th.rank, th.tid)  # thread ids restart at 1 in every rank
+        if key not in self._step_next:
+            self._step_next[key] = 0
             self.recorder.name_thread(th.rank, host_pid(th.rank), th.tid, th.name)
         return th
 
@@ -318,6 +320,8 @@ class Runtime:
         self.gt_tasks.append((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
                               task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
                               task.queue_blocked_ns))
+        if len(self.recorder.counters) > SPILL_INTS:
+            self.recorder.spill()
         if self.sw.task_time:
             self._record_task(task, now)
             if self.queue_depth_counters:
@@ -724,8 +728,8 @@ class Runtime:
     def step(self) -> Iterator[int]:
         """Mark one training/inference iteration (recorded as `ProfilerStep#N`)."""
         th = self._enter()
-        n = self._step_next[th.tid]
-        self._step_next[th.tid] = n + 1
+        n = self._step_next[(th.rank, th.tid)]
+        self._step_next[(th.rank, th.tid)] = n + 1
         t0 = th.clock
         outer, th.step = th.step, n
         try:

@@ -360,3 +360,34 @@ def test_result_saves_trace_and_ground_truth(tmp_path):
     gt = json.loads((out / "ground_truth.json").read_text())
     assert gt["tasks"]["name"] == ["k"] and gt["tasks"]["cause"] == ["launch"]
     assert gt["tasks"]["start_ns"] == [1_700] and gt["problems"] == []
+
+
+def test_spilled_recorder_buffers_give_the_same_table():
+    def run(spill_every):
+        rt = new(seed=3)
+        s = rt.create_stream()
+        for i in range(30):
+            rt.launch_kernel(Kernel(f"k{i % 4}", 1_000), 4, s)
+            if spill_every and i % spill_every == 0:
+                rt.recorder.spill()
+        rt.synchronize_stream(s)
+        return rt.finish().trace.table
+
+    assert run(7).equals(run(0))
+
+
+def test_steps_are_numbered_per_rank_thread():
+    from runtime_emu import topology
+
+    rt = Runtime(preset=P, topology=topology.server(3))
+
+    def program(rank):
+        rt.set_device(rank)
+        for _ in range(2):
+            with rt.step():
+                rt.host_work("w", 1_000)
+
+    rt.run_ranks(program)
+    df = rt.finish().trace.to_pandas()
+    steps = df[df.kind == "step"]
+    assert sorted(zip(steps["rank"], steps.name)) == [(r, f"ProfilerStep#{n}") for r in range(3) for n in range(2)]

@@ -16,13 +16,15 @@ from typing import Any, Iterable
 
 from runtime_emu.presets import preset as get_preset
 from runtime_emu.runtime import EmuResult, Runtime
-from runtime_emu.scenarios import resnet50_infer, yolo_pipeline
+from runtime_emu.scenarios import bert_train_dp, llm_train_2server, resnet50_infer, yolo_pipeline
+from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES
 from runtime_emu.scenarios.problems import PRESET_OVERRIDES, SWITCHES
 from runtime_emu.scenarios.scenario import Config, Scenario
 
-__all__ = ["SCENARIOS", "SWITCHES", "Config", "Scenario", "list_scenarios", "run"]
+__all__ = ["MULTI_RANK_SWITCHES", "SCENARIOS", "SWITCHES", "Config", "Scenario", "list_scenarios", "run"]
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO)}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO,
+                                                       bert_train_dp.SCENARIO, llm_train_2server.SCENARIO)}
 
 #: Switch pairs no program can honour together (one stream has no cross-stream dependency to miss).
 CONFLICTS = (frozenset({"serial-copies", "missing-sync"}),)
@@ -57,7 +59,7 @@ def configure(scenario: Scenario, switches: Iterable[str], *, seed: int = 0, ste
     switches = frozenset([switches] if isinstance(switches, str) else switches)
     for switch in sorted(switches):
         if switch not in scenario.switches:
-            kind = "unsupported" if switch in SWITCHES else "unknown"
+            kind = "unsupported" if switch in SWITCHES or switch in MULTI_RANK_SWITCHES else "unknown"
             raise ValueError(f"{kind} switch {switch!r} for scenario {scenario.name!r}; choose from "
                              f"{', '.join(sorted(scenario.switches))}")
     for pair in CONFLICTS:

@@ -35,8 +35,7 @@ MULTI_RANK_SWITCHES: dict[str, str] = {
 
 SLOW_RANK_FACTOR = 1.4  # DEFAULT: a throttled NPU (thermal / power capping), kernels 40% longer
 SLOW_LINK_FRACTION = 0.25  # DEFAULT: e.g. a PCIe x16 link trained down to x4, a NIC at 50 GbE of 200
-PREFETCH_COPIES = 4  # per step and rank, each PREFETCH_CHUNK_BYTES
-PREFETCH_CHUNK_BYTES = 32 * MiB  # DEFAULT: host-offloaded optimizer state, prefetched in chunks
+PREFETCH_CHUNK_BYTES = 32 * MiB  # DEFAULT: host-offloaded optimizer state is swapped in in chunks of this size
 
 
 def slow_links(topo: Topology, preset: Preset) -> tuple[tuple[int, ...], dict[str, float]]:
@@ -74,9 +73,10 @@ def degrade(topo: Topology, cfg: Config) -> Topology:
 class ClusterProblems:
     """The multi-rank switches of one job, shared by every rank's program."""
 
-    def __init__(self, rt: "Runtime", cfg: Config, call_site: str) -> None:
+    def __init__(self, rt: "Runtime", cfg: Config, call_site: str, prefetch_bytes: int) -> None:
         self.rt, self.cfg, self.log = rt, cfg, cfg.problems
         self.call_site = call_site  # prefix of the call sites the reports name ("bert.train_step")
+        self.copies = max(1, prefetch_bytes // PREFETCH_CHUNK_BYTES)  # prefetch copies per step and rank
         self.target = cfg["problem_rank"]  # the rank slow-rank and leak act on
         self._slowed: list[int] = []  # corr of the slow rank's kernels
         self._prefetch: dict[int, tuple[Stream, int, int]] = {}  # rank -> (stream, host buffer, device buffer)
@@ -163,13 +163,13 @@ class ClusterProblems:
         rt = self.rt
         rank = device_stream.device.rank
         if rank not in self._prefetch:
-            nbytes = PREFETCH_COPIES * PREFETCH_CHUNK_BYTES
+            nbytes = self.copies * PREFETCH_CHUNK_BYTES
             self._prefetch[rank] = (rt.create_stream(), rt.malloc_host(nbytes), rt.malloc(nbytes))
             self._copies[rank] = []
             self._report_contention(self._prefetch[rank][0], device_stream)
         stream, host, dev = self._prefetch[rank]
         rt.stream_wait_event(stream, after)
-        for k in range(PREFETCH_COPIES):
+        for k in range(self.copies):
             off = k * PREFETCH_CHUNK_BYTES
             self._copies[rank].append(rt.memcpy_async(dev + off, PREFETCH_CHUNK_BYTES, host + off,
                                                       PREFETCH_CHUNK_BYTES, MEMCPY_HOST_TO_DEVICE, stream))
@@ -207,5 +207,5 @@ class ClusterProblems:
                                  "first_copy": task_dict(copies[0]), "manifested": bool(hit)}}
 
         self.log.add("bandwidth-contention", where=where(stream, link=link), resolve=resolve,
-                     detail=f"{PREFETCH_COPIES} x {PREFETCH_CHUNK_BYTES >> 20} MiB H2D prefetch copies per step on "
+                     detail=f"{self.copies} x {PREFETCH_CHUNK_BYTES >> 20} MiB H2D prefetch copies per step on "
                             f"stream {stream.id} share {link} with the collectives on stream {comm.id}")

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 Op = tuple[str, str, float]
 
 DATALOADER_NS = 150_000  # DEFAULT: the main process fetching a prepared batch from the workers
+DATALOADER_JITTER = 0.05
+# DEFAULT: kernels of fixed shapes on identical NPUs take almost the same time on every rank and
+# step; with the 3% of the inference scenarios the ranks would drift apart by more than a
+# healthy job does.
+KERNEL_JITTER = 0.005
 OPT_BYTES_PER_PARAM = 28  # AdamW reads and writes fp32 param, m, v and reads the grad (HBM bound)
 LOSS_BYTES = 4
 
@@ -49,11 +54,14 @@ class Model:
     embed_fwd_ns: float
     head_fwd_ns: float
     layer_params: int
-    edge_params: int  # embeddings and head: one bucket, reduced last and gathered first
+    embed_params: int  # with a head tied to the embeddings, the head's parameters too
+    head_params: int  # an untied head's parameters (0: tied); its bucket is reduced first
     param_bytes: int  # per parameter, as trained (fp16 / bf16)
     grad_dtype: int  # HcclDataType of the gradients
     batch_bytes_per_sample: int  # the H2D of one sample's inputs
     leak_bytes_per_sample: int  # what the leak keeps each step (one layer's output)
+    #: What the bandwidth-contention switch swaps in per step and rank (offloaded optimizer state).
+    prefetch_bytes: int
 
 
 @contextlib.contextmanager
@@ -66,26 +74,48 @@ def hccl_runtime(rt: "Runtime") -> Iterator[None]:
         acl._current = saved
 
 
-@contextlib.contextmanager
-def profiler_step(rt: "Runtime", n: int) -> Iterator[int]:
-    """`rt.step()` numbered `n` on the calling rank.
+class _StepCounters(dict):
+    """Stands in for the runtime's ProfilerStep counters (`rt._step_next`), keyed by (rank,
+    thread id) where the runtime keys them by thread id alone.
 
-    Works around the runtime numbering steps per host-thread id alone: every rank's thread but
-    rank 0's has id 1, so they share one counter and rank r's first step came out as
-    ProfilerStep#r. Pinning the counter is a no-op once the runtime keys it per rank.
+    Every rank's thread but rank 0's has id 1, so without this the ranks share one counter
+    (rank r's first step comes out as ProfilerStep#r) and only the first of them gets its host
+    thread named. Remove once the runtime keys its counters per rank.
     """
-    tid = rt.coord.current().tid
-    if tid in rt._step_next:
-        rt._step_next[tid] = n
-    with rt.step() as got:
-        yield got
+
+    def __init__(self, rt: "Runtime") -> None:
+        super().__init__({(0, tid): n for tid, n in rt._step_next.items()})  # so far only rank 0 has entered
+        self._coord = rt.coord
+
+    def _key(self, tid: int) -> tuple[int, int]:
+        return (self._coord.current().rank, tid)
+
+    def __contains__(self, tid: object) -> bool:
+        return super().__contains__(self._key(tid))  # type: ignore[arg-type]
+
+    def __getitem__(self, tid: int) -> int:
+        return super().__getitem__(self._key(tid))
+
+    def __setitem__(self, tid: int, n: int) -> None:
+        super().__setitem__(self._key(tid), n)
 
 
 def run_job(rt: "Runtime", cfg: Config, model: Model, zero: bool) -> None:
     """Train `model` data-parallel on every rank of rt's topology for cfg.steps steps."""
-    problems = ClusterProblems(rt, cfg, f"{model.prefix}.train_step")
+    problems = ClusterProblems(rt, cfg, f"{model.prefix}.train_step", model.prefetch_bytes)
+    if type(rt._step_next) is dict:
+        rt._step_next = _StepCounters(rt)
     with hccl_runtime(rt):
         rt.run_ranks(lambda rank: _Rank(rt, cfg, model, zero, problems, rank).train())
+
+
+def check(cfg: Config) -> None:
+    """The checks every training scenario makes (its own come on top)."""
+    for name in ("batch", "layers"):
+        if cfg[name] < 1:
+            raise ValueError(f"{name} must be >= 1, got {cfg[name]}")
+    if not 0 <= cfg["problem_rank"] < cfg.ranks:
+        raise ValueError(f"problem_rank must be 0..{cfg.ranks - 1}, got {cfg['problem_rank']}")
 
 
 def _phase(ops: tuple[Op, ...], total_ns: float) -> list[tuple[str, str, float]]:
@@ -113,10 +143,12 @@ class _Rank:
         for ops in seq:
             self.phases.append([(f"{op}{index + k}", core, ns) for k, (op, core, ns) in enumerate(ops)])
             index += len(ops)
-        self.opt_name = f"ApplyAdamW{index}"
+        self.opt_index = index  # one ApplyAdamW per bucket follows the backward
         world = rt.world_size
-        # Bucket 0 holds the embeddings and the head, bucket l the l-th layer; ZeRO pads to the world size.
-        params = [model.edge_params] + [model.layer_params] * layers
+        # Bucket 0 holds the embeddings, bucket l the l-th layer, bucket layers + 1 an untied head;
+        # ZeRO pads each to a multiple of the world size.
+        params = [model.embed_params] + [model.layer_params] * layers + ([model.head_params] if model.head_params
+                                                                         else [])
         self.elems = [-(-p // world) * world for p in params]
         self.shard = [n // world for n in self.elems]
 
@@ -140,8 +172,8 @@ class _Rank:
         self.ev_param = [rt.create_event() for _ in range(buckets)]
         self.ev_reduced, self.ev_updated = rt.create_event(), rt.create_event()
         self.problems.start(self.comp, self.comm_s)
-        for i in range(cfg.steps):
-            with profiler_step(rt, i):
+        for _ in range(cfg.steps):
+            with rt.step():
                 self.step(batch_bytes)
         rt.synchronize_device()
         self.problems.close(rank)
@@ -152,8 +184,9 @@ class _Rank:
 
     def step(self, batch_bytes: int) -> None:
         rt, model, comp = self.rt, self.model, self.comp
-        layers = len(self.elems) - 1
-        rt.host_work("DataLoader.__next__", jittered(rt, DATALOADER_NS, 0.2))
+        layers = self.cfg["layers"]
+        head = layers + 1 if len(self.elems) > layers + 1 else None
+        rt.host_work("DataLoader.__next__", jittered(rt, DATALOADER_NS, DATALOADER_JITTER))
         rt.memcpy_async(self.dev_batch, batch_bytes, self.host_batch, batch_bytes, MEMCPY_HOST_TO_DEVICE, comp)
         phases = iter(self.phases)
         # Forward: with ZeRO each layer first waits for its parameters' gather (a no-op in step 0).
@@ -164,22 +197,26 @@ class _Rank:
             self.run(next(phases))
         kept = self.inj.step_alloc(f"{model.prefix}.train_step:loss_history", self.cfg["batch"]
                                    * model.leak_bytes_per_sample, comp)
+        if head is not None:
+            self.wait_params(head)
         self.run(next(phases))  # head and loss
         rt.memcpy_async(self.host_loss, LOSS_BYTES, self.dev_loss, LOSS_BYTES, MEMCPY_DEVICE_TO_HOST, comp)
         # Backward: each bucket goes to the communication stream as soon as its gradients exist.
         self.run(next(phases))
-        for layer in range(layers, 0, -1):
-            self.run(next(phases))
-            self.reduce(layer)
-            if layer == layers:
-                self.problems.prefetch(self.ev_grad[layer], comp)
+        buckets = ([head] if head is not None else []) + list(range(layers, 0, -1))
+        for k, bucket in enumerate(buckets):
+            if bucket != head:
+                self.run(next(phases))
+            self.reduce(bucket)
+            if k == 0:
+                self.problems.prefetch(self.ev_grad[bucket], comp)
         self.run(next(phases))
         self.reduce(0)
         rt.record_event(self.ev_reduced, self.comm_s)
         rt.stream_wait_event(comp, self.ev_reduced)
         opt_elems = self.shard if self.zero else self.elems
-        for n in opt_elems:
-            self.launch(self.opt_name, n * OPT_BYTES_PER_PARAM / rt.preset.hbm_gbps, "vector")
+        for b, n in enumerate(opt_elems):
+            self.launch(f"ApplyAdamW{self.opt_index + b}", n * OPT_BYTES_PER_PARAM / rt.preset.hbm_gbps, "vector")
         if self.zero:
             rt.record_event(self.ev_updated, comp)
             rt.stream_wait_event(self.comm_s, self.ev_updated)
@@ -210,6 +247,6 @@ class _Rank:
             self.launch(name, ns, core)
 
     def launch(self, name: str, ns: float, core: str) -> None:
-        corr = launch_op(self.rt, self.comp, name, ns * self.factor, core)
+        corr = launch_op(self.rt, self.comp, name, ns * self.factor, core, jitter=KERNEL_JITTER)
         if self.factor != 1.0:
             self.problems.slowed(corr)
