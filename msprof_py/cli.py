@@ -9,14 +9,16 @@ msprof-style top-level `--application=...` callback) get the same treatment for 
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from typer.core import TyperGroup
 
-from msprof_py import loading, report
+from msprof_py import loading, prof_dir, report
 from msprof_py.compare import compare, render_diff, render_findings, render_scores
 from msprof_py.errors import MsprofError
 from msprof_py.summary import render, summarize
@@ -28,6 +30,15 @@ EXIT_USAGE = 2  # bad input or usage; the same code click uses for usage errors
 
 class _App(TyperGroup):
     """The root command group; turns domain and I/O errors into one-line messages."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        # msprof's positional form, `msprof-py [options] app.py args...`: a first word that is no
+        # command is the program to profile, and everything after it is the program's.
+        if ctx._protected_args and ctx._protected_args[0] not in self.commands:
+            ctx.args = [*ctx._protected_args, *ctx.args]
+            ctx._protected_args = []
+        return rest
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -60,15 +71,124 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _root() -> None:
-    """Profile and analyze AI-accelerator traces (Kineto, torch_npu/msprof, msprof-py tables)."""
+class OnOff(str, Enum):
+    on = "on"
+    off = "off"
+
+
+def _switch(name: str, what: str) -> Any:
+    return typer.Option(f"--{name}", show_default=False, help=f"Record {what} (on / off; default on).")
+
+
+TaskTimeOpt = Annotated[Optional[OnOff], _switch("task-time", "device tasks, launch-to-task flows, queue depth")]
+RuntimeApiOpt = Annotated[Optional[OnOff], _switch("runtime-api", "host runtime API calls (AscendCL)")]
+HcclOpt = Annotated[Optional[OnOff], _switch("hccl", "HCCL collectives")]
+MemoryOpt = Annotated[Optional[OnOff], _switch("memory", "allocations, frees and memory counters")]
+SysHardwareMemOpt = Annotated[Optional[OnOff], _switch("sys-hardware-mem", "link bandwidth (PCIe, HBM, HCCS, RoCE)")]
+
+
+def _switches(task_time: OnOff | None, runtime_api: OnOff | None, hccl: OnOff | None, memory: OnOff | None,
+              sys_hardware_mem: OnOff | None):
+    from runtime_emu.recorder import Switches
+
+    given = {"task_time": task_time, "runtime_api": runtime_api, "hccl": hccl, "memory": memory,
+             "sys_hardware_mem": sys_hardware_mem}
+    return Switches(**{k: v is not OnOff.off for k, v in given.items()})
+
+
+@app.callback(invoke_without_command=True, context_settings={"allow_extra_args": True})
+def _root(
+    ctx: typer.Context,
+    application: Annotated[Optional[str], typer.Option(
+        "--application", show_default=False,
+        help='Program to profile, e.g. "python app.py --lr 0.1" (or give it after the options: '
+             'msprof-py OPTIONS app.py ARGS). A bare python runs under msprof-py\'s interpreter.')] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", show_default=False,
+        help="Directory for PROF_* runs (capture, query), or a PROF dir / its parent (export).")] = None,
+    export_mode: Annotated[Optional[OnOff], typer.Option(
+        "--export", show_default=False,
+        help="on: regenerate mindstudio_profiler_output/ of the PROF dir(s) in --output from the raw data.")] = None,
+    query_mode: Annotated[Optional[OnOff], typer.Option(
+        "--query", show_default=False, help="on: list the runs in --output.")] = None,
+    task_time: TaskTimeOpt = None,
+    runtime_api: RuntimeApiOpt = None,
+    hccl: HcclOpt = None,
+    memory: MemoryOpt = None,
+    sys_hardware_mem: SysHardwareMemOpt = None,
+) -> None:
+    """Profile programs msprof-style and analyze AI-accelerator traces (Kineto, torch_npu/msprof,
+    msprof-py tables)."""
+    program = ([application] if application is not None else []) + list(ctx.args)
+    modes = [m for m, on in (("--application", bool(program)), ("--export=on", export_mode is OnOff.on),
+                             ("--query=on", query_mode is OnOff.on)) if on]
+    if ctx.invoked_subcommand is not None:
+        if modes or output is not None:
+            raise MsprofError(f"{' '.join(modes) or '--output'} cannot be combined with the "
+                              f"'{ctx.invoked_subcommand}' command")
+        return
+    if len(modes) > 1:
+        raise MsprofError(f"choose one of {', '.join(modes)}")
+    if not modes:
+        raise MsprofError("nothing to do", hint="give --application=..., --export=on or --query=on with --output, "
+                                                "or a command (msprof-py --help)")
+    if output is None:
+        raise MsprofError(f"{modes[0]} needs --output", hint="e.g. --output=profiling")
+    if modes[0] == "--query=on":
+        _print_runs(output)
+        return
+    from msprof_py import capture
+
+    if modes[0] == "--export=on":
+        for prof in capture.export(output):
+            typer.echo(f"exported {prof / prof_dir.EXPORT_DIR}")
+        return
+    if application is not None and ctx.args:
+        raise MsprofError("give the program either as --application or after the options, not both")
+    argv = capture.parse_application(application if application is not None else ctx.args)
+    result = capture.capture(argv, output, _switches(task_time, runtime_api, hccl, memory, sys_hardware_mem))
+    for prof in result.runs:
+        _report_run(prof)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def _report_run(prof: Path) -> None:
+    st = prof_dir.read_status(prof)
+    line = f"{PROG}: profile data in {prof} ({st.get('status', 'unknown')}"
+    reasons = st.get("reasons") or []
+    typer.echo(line + (": " + "; ".join(reasons) if reasons else "") + ")", err=True)
+    timeline = next((prof / prof_dir.EXPORT_DIR).glob("msprof_*.json"), None)
+    if timeline is not None:
+        typer.echo(f"{PROG}: timeline {timeline} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
+
+
+def _print_runs(output: Path) -> None:
+    rows = prof_dir.query(output)
+    t = Table(title=f"profiled runs in {output}")
+    for col in ("job", "status", "devices", "ranks", "steps", "duration", "size"):
+        t.add_column(col, justify="left" if col in ("job", "status") else "right", no_wrap=col == "job")
+    for r in rows:
+        t.add_row(r["job"], r["status"], *("-" if r[k] is None else str(r[k]) for k in ("devices", "ranks", "steps")),
+                  "-" if r["duration_ms"] is None else f"{r['duration_ms']:.3f} ms", _size(r["size_bytes"]))
+    Console(width=160).print(t)
+    if not rows:
+        typer.echo(f"no PROF_* runs in {output}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 TraceArg = Annotated[Path, typer.Argument(
     metavar="TRACE", show_default=False,
-    help="Trace to read: Chrome/Kineto/torch_npu JSON (.json, .json.gz) or an msprof-py Parquet "
-         "table (file or rank-partitioned directory). The format is detected from the content.")]
+    help="Trace to read: Chrome/Kineto/torch_npu JSON (.json, .json.gz), an msprof-py Parquet "
+         "table (file or rank-partitioned directory) or a PROF_* directory. The format is detected "
+         "from the content.")]
 LenientOpt = Annotated[bool, typer.Option(
     "--lenient", help="Skip malformed events of a JSON input (and count them) instead of failing.")]
 ProgressOpt = Annotated[Optional[bool], typer.Option(
@@ -228,6 +348,72 @@ def eval_cmd(
     Console().print(render_scores(table, alarms, len(cases), TARGETED))
 
 
+ScenarioArg = Annotated[str, typer.Argument(metavar="SCENARIO", help="Built-in scenario (msprof-py eval lists them).")]
+
+
+@app.command("emulate")
+def emulate_cmd(
+    scenario: ScenarioArg,
+    output: Annotated[Path, typer.Option("--output", "-o", show_default=False,
+                                         help="Directory for the PROF_* run (created if missing).")],
+    switch: Annotated[Optional[list[str]], typer.Option(
+        "--switch", "-s", show_default=False, help="Problem to inject (repeatable), e.g. leak.")] = None,
+    param: Annotated[Optional[list[str]], typer.Option(
+        "--param", "-p", show_default=False,
+        help="Scenario parameter KEY=VALUE (repeatable), e.g. triple_buffer=false.")
+    ] = None,
+    ranks: Annotated[Optional[int], typer.Option("--ranks", min=1, show_default=False, help="World size.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, show_default=False, help="Steps to run.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the run (same seed, same trace).")] = 0,
+    task_time: TaskTimeOpt = None,
+    runtime_api: RuntimeApiOpt = None,
+    hccl: HcclOpt = None,
+    memory: MemoryOpt = None,
+    sys_hardware_mem: SysHardwareMemOpt = None,
+) -> None:
+    """Run a built-in scenario on the emulated runtime and write its PROF dir (with ground_truth.json)."""
+    from msprof_py import capture
+
+    prof = capture.emulate(scenario, output, problems=switch or [], seed=seed, steps=steps, ranks=ranks,
+                           params=_params(param or []),
+                           switches=_switches(task_time, runtime_api, hccl, memory, sys_hardware_mem))
+    _report_run(prof)
+
+
+def _params(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise MsprofError(f"--param {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
+@app.command("demo")
+def demo(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the PROF_* run.")] = Path("profiling"),
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
+) -> None:
+    """Profile a built-in YOLO pipeline that has two problems (no triple buffering, a memory
+    leak), print what the analyzers find, and write an HTML report into its PROF dir."""
+    from msprof_py import capture
+
+    prof = capture.emulate("yolo-pipeline", output, problems=["leak"], params={"triple_buffer": False}, seed=seed)
+    rep = report.build(prof_dir.read_raw(prof))
+    html = report.write(rep, prof / "report.html", "html")
+    prof_dir.write_readme(prof)
+    Console(width=140).print(render_findings(rep, title="yolo-pipeline, no triple buffering, leaking"))
+    timeline = next((prof / prof_dir.EXPORT_DIR).glob("msprof_*.json"))
+    typer.echo(f"profile data: {prof}  (README.txt lists every file)")
+    typer.echo(f"report:       {html}  (open it in a browser; it works offline)")
+    typer.echo(f"timeline:     {timeline}  (open it in https://ui.perfetto.dev or chrome://tracing)")
+    typer.echo(f"more:         {PROG} analyze {prof}")
+
+
 def _window(window: str) -> str:
     if window not in ("all", "complete_steps"):
         raise MsprofError(f"--window must be 'all' or 'complete_steps', got {window!r}")
@@ -244,6 +430,8 @@ def _severity(name: str):
 
 
 def _load(trace_path: Path, lenient: bool, progress: bool | None) -> Trace:
+    if prof_dir.is_prof_dir(trace_path):
+        return prof_dir.read_raw(trace_path)
     with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
         return loading.load_any(trace_path, lenient=lenient, progress=report)
 

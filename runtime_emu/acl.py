@@ -28,6 +28,7 @@ from runtime_emu.runtime import (
     MEMCPY_HOST_TO_HOST,
     EmuResult,
     Runtime,
+    Switches,
 )
 
 ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_HUGE_ONLY, ACL_MEM_MALLOC_NORMAL_ONLY = 0, 1, 2
@@ -45,7 +46,9 @@ on_finalize: list = []
 def init(**config: Any) -> Runtime:
     """Start an emulated runtime (aclInit). Keyword config goes to Runtime (seed, preset, ...).
 
-    The environment variable MSPROF_PY_EMU_CONFIG may hold JSON config the capture sets.
+    The environment variable MSPROF_PY_EMU_CONFIG may hold JSON config the capture sets
+    (`{"switches": {"task_time": false, ...}}` included); MSPROF_PY_CAPTURE_DIR, when set, makes
+    the capture agent save what the runtime records there.
     """
     global _current
     if _current is not None and not _current.finished:
@@ -55,7 +58,13 @@ def init(**config: Any) -> Runtime:
         import json
 
         config = {**json.loads(env), **config}
+    if isinstance(config.get("switches"), dict):  # JSON config names the switches
+        config["switches"] = Switches(**config["switches"])
     _current = Runtime(**config)
+    if os.environ.get("MSPROF_PY_CAPTURE_DIR"):  # set by `msprof-py --application=...`
+        from msprof_py import capture_agent
+
+        capture_agent.attach(_current)
     return _current
 
 

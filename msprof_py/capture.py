@@ -1,0 +1,264 @@
+"""Capture: run a program (or a built-in scenario) with profiling on, and lay out its PROF dir.
+
+    capture(["python", "app.py"], "profiling", Switches(hccl=False))   # msprof-py --application=...
+    emulate("yolo-pipeline", "profiling", problems=["leak"])           # msprof-py emulate ...
+
+The program runs as a child process, unchanged: the environment tells its `acl.init()` which
+switches to record (MSPROF_PY_EMU_CONFIG) and where to save (MSPROF_PY_CAPTURE_DIR, a staging
+directory inside the PROF dir; see `capture_agent`). When the child ends, however it ends,
+the staging data becomes the PROF dir's raw data and exports, and status.json / README.txt
+say whether the run is complete and, if not, why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from msprof_py import __version__, prof_dir
+from msprof_py.capture_agent import ENV_DIR, ENV_FLUSH_S
+from msprof_py.errors import MsprofError
+from msprof_py.trace import read_trace
+from runtime_emu.recorder import Switches
+
+ENV_CONFIG = "MSPROF_PY_EMU_CONFIG"
+_PYTHON_NAMES = ("python", "python3")
+
+
+@dataclass
+class CaptureResult:
+    exit_code: int
+    runs: list[Path]
+
+
+# ---------------------------------------------------------------------- the application
+def parse_application(application: str | Iterable[str]) -> list[str]:
+    """The argv to run, vetted: a bare `python` / `python3` runs under msprof-py's own
+    interpreter (so the emulator is importable without activating a venv), a `.py` first word is
+    run by it, and a missing, non-executable or empty program is a MsprofError."""
+    if isinstance(application, str):
+        try:
+            argv = shlex.split(application)
+        except ValueError as exc:
+            raise MsprofError(f"--application: cannot parse {application!r} ({exc})") from None
+    else:
+        argv = list(application)
+    if not argv or not argv[0].strip():
+        raise MsprofError("--application is empty", hint='give the program to run, e.g. --application="python app.py"')
+    prog = argv[0]
+    if prog.endswith(".py"):
+        argv = [sys.executable, *argv]
+    elif prog in _PYTHON_NAMES:
+        argv = [sys.executable, *argv[1:]]
+    elif "/" in prog:
+        path = Path(prog)
+        if not path.exists():
+            raise MsprofError(f"{prog}: no such file")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise MsprofError(f"{prog}: not an executable file", hint="chmod +x it, or run it with an interpreter")
+    elif shutil.which(prog) is None:
+        raise MsprofError(f"{prog}: command not found")
+    if Path(argv[0]).resolve() == Path(sys.executable).resolve():
+        _check_python_args(argv[1:])
+    return argv
+
+
+def _check_python_args(args: list[str]) -> None:
+    """The script of a `python [options] script.py ...` command line must exist."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-c", "-m") or a == "-":
+            return  # code or a module: nothing on disk to check
+        if a.startswith("-"):
+            i += 2 if a in ("-W", "-X") else 1
+            continue
+        path = Path(a)
+        if not path.is_file():
+            raise MsprofError(f"{a}: no such file" if not path.exists() else f"{a}: not a file",
+                              hint="the script named in --application must exist")
+        return
+    raise MsprofError("--application runs python without a script", hint='e.g. --application="python app.py"')
+
+
+def capture(argv: list[str], output: str | Path, switches: Switches | None = None, *,
+            flush_s: float | None = None) -> CaptureResult:
+    """Run argv with profiling on; returns its exit code and the PROF dir(s) written.
+
+    One PROF dir per runtime session (acl.init ... acl.finalize) of the program; a program that
+    never starts the runtime still gets one, saying so.
+    """
+    switches = switches or Switches()
+    argv = parse_application(argv)
+    prof = prof_dir.new_prof_dir(output)
+    staging = prof / prof_dir.STAGING_DIR
+    staging.mkdir()
+    env = dict(os.environ)
+    config = json.loads(env.get(ENV_CONFIG) or "{}")
+    config["switches"] = asdict(switches)
+    env[ENV_CONFIG] = json.dumps(config)
+    env[ENV_DIR] = str(staging.resolve())
+    if flush_s is not None:
+        env[ENV_FLUSH_S] = str(flush_s)
+    prof_dir.write_status(prof, {
+        "status": prof_dir.RUNNING, "reasons": [], "source": "application", "command": shlex.join(argv),
+        "switches": asdict(switches), "started": prof_dir.now_iso(), "capture_pid": os.getpid(),
+        "msprof_py": __version__})
+    prof_dir.write_readme(prof)
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        shutil.rmtree(prof, ignore_errors=True)
+        raise MsprofError(f"{argv[0]}: cannot run ({exc.strerror or exc})") from None
+    prof_dir.update_status(prof, program_pid=child.pid)
+    code = _wait(child)
+    return CaptureResult(exit_code=code if code >= 0 else 128 - code, runs=assemble(prof, code))
+
+
+def _wait(child: subprocess.Popen) -> int:
+    """Wait for the child; a SIGTERM to the capture is passed on (the child flushes and dies of
+    it). Ctrl-C reaches the child from the terminal by itself, so the capture only keeps waiting."""
+    if threading.current_thread() is not threading.main_thread():
+        return child.wait()
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, lambda s, f: child.send_signal(s)),
+           signal.SIGINT: signal.signal(signal.SIGINT, lambda s, f: None)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def assemble(prof: str | Path, exit_code: int | None) -> list[Path]:
+    """Turn the staging data of a capture into PROF dir(s): raw data, exports, status, README.
+
+    exit_code: the program's (negative: killed by that signal), or None when unknown (the capture
+    itself was killed and this runs later, from `--export=on`).
+    """
+    prof = Path(prof)
+    staging = prof / prof_dir.STAGING_DIR
+    base = prof_dir.read_status(prof)
+    reasons = _exit_reasons(exit_code)
+    sessions = sorted((d for d in staging.glob("session-*") if (d / "trace.parquet").is_file()),
+                      key=lambda d: tuple(int(x) for x in d.name.split("-")[1:])) if staging.is_dir() else []
+    status = {**base, "exit_code": exit_code}
+    if not sessions:
+        prof_dir.write_status(prof, {**status, "status": prof_dir.INCOMPLETE, "finished": prof_dir.now_iso(),
+                                     "reasons": reasons + ["nothing was recorded: the program never called "
+                                                           "acl.init() (or died before its first flush)"]})
+        prof_dir.write_readme(prof)
+        shutil.rmtree(staging, ignore_errors=True)
+        return [prof]
+    runs = []
+    for i, session in enumerate(sessions):
+        target = prof if i == 0 else prof_dir.new_prof_dir(prof.parent)
+        state = _read_json(session / "state.json")
+        # How the program ended concerns the session it ended in: the last one.
+        why = list(reasons) if i == len(sessions) - 1 else []
+        if not state.get("final"):
+            why.append(state.get("reason") or "the program stopped before acl.finalize()")
+        trace = read_trace(session / "trace.parquet")
+        prof_dir.write_status(target, {**status, "session": i})
+        prof_dir.finish(target, trace, status=prof_dir.INCOMPLETE if why else prof_dir.COMPLETE, reasons=why)
+        runs.append(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    return runs
+
+
+def _exit_reasons(code: int | None) -> list[str]:
+    if code is None:
+        return ["the capture stopped before the program ended (was msprof-py killed?)"]
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return [f"the program was killed by {name}"]
+    return [f"the program exited with code {code}"] if code else []
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def export(output: str | Path) -> list[Path]:
+    """`--export=on`: regenerate the exports of a PROF dir (or of every PROF dir in output);
+    a capture whose msprof-py was killed is assembled from its staging data first."""
+    done = []
+    dirs = prof_dir.prof_dirs(output)
+    if not dirs:
+        raise MsprofError(f"{output}: no PROF_* directories here", hint="--output names a PROF dir or its parent")
+    for prof in dirs:
+        if (prof / prof_dir.STAGING_DIR).is_dir():
+            st = prof_dir.read_status(prof)
+            for key in ("program_pid", "capture_pid"):
+                if st.get(key) and _alive(st[key]) and st[key] != os.getpid():
+                    raise MsprofError(f"{prof.name}: still being captured ({key.split('_')[0]} pid {st[key]} "
+                                      f"is running)", hint="export it when the program has ended")
+            done += assemble(prof, None)
+        else:
+            prof_dir.export(prof)
+            done.append(prof)
+    return done
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (ended, not yet reaped by its parent) is not running.
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# ---------------------------------------------------------------------- built-in scenarios
+def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), switches: Switches | None = None,
+            seed: int = 0, steps: int | None = None, ranks: int | None = None,
+            params: dict[str, Any] | None = None) -> Path:
+    """Run a built-in scenario in-process with `switches` recorded; write its PROF dir (with
+    ground_truth.json)."""
+    from runtime_emu import scenarios
+    from runtime_emu.runtime import Runtime
+
+    spec = scenarios.SCENARIOS.get(scenario)
+    if spec is None:
+        raise MsprofError(f"unknown scenario {scenario!r}; choose from {', '.join(sorted(scenarios.SCENARIOS))}")
+    switches = switches or Switches()
+    try:
+        cfg = scenarios.configure(spec, list(problems), seed=seed, steps=steps, ranks=ranks, params=params or {})
+    except ValueError as exc:
+        raise MsprofError(str(exc)) from None
+    prof_dir.check_output(output)
+    # scenarios.run() has no recording switches: the same steps, with them.
+    options = spec.runtime_options(cfg) if spec.runtime_options else {}
+    if not spec.multi_rank:
+        options.setdefault("ranks", cfg.ranks)
+    rt = Runtime(seed=seed, preset=cfg.preset, switches=switches, **options)
+    spec.program(rt, cfg)
+    cfg.problems.flush(rt)
+    result = rt.finish()
+    prof = prof_dir.new_prof_dir(output)
+    command = " ".join(["emulate", scenario, *(f"--switch {p}" for p in sorted(cfg.switches)),
+                        *(f"--param {k}={json.dumps(v)}" for k, v in sorted((params or {}).items())),
+                        f"--seed {seed}", f"--steps {cfg.steps}", f"--ranks {cfg.ranks}"])
+    prof_dir.write_status(prof, {"source": "emulate", "command": command, "switches": asdict(switches),
+                                 "started": prof_dir.now_iso(), "msprof_py": __version__, "exit_code": 0})
+    return prof_dir.finish(prof, result.trace, ground_truth=result.ground_truth, status=prof_dir.COMPLETE,
+                           reasons=[])

@@ -1,0 +1,335 @@
+"""msprof-compatible summaries of a trace table: the CSV / JSON files msprof writes into
+`mindstudio_profiler_output/`, with msprof's file names and column headers.
+
+Pure functions of the table (pandas, vectorised per group); writing them out is the PROF
+directory's job (`msprof_py.prof_dir`). Times come from the typed columns (`ts`, `dur` in ns)
+and are written in msprof's units (us with exactly three decimals, ms for communication);
+the only fields read from `args` are the two msprof keeps there and the typed schema does not
+(`Task Type`, `Block Dim`), extracted column-wise with a regex.
+
+Header sources (CANN msprof export definitions and the hiascend "Profiling" data-file pages):
+op_summary, op_statistic, api_statistic, task_time, npu_mem, memory_record, operator_memory as
+msprof's `mindstudio_profiler_output` CSVs (Device_id first where msprof puts it);
+step_trace_time as torch_npu / msprof-analyze write it; communication.json and
+communication_matrix.json come from `msprof_py.communication`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msprof_py import communication
+from msprof_py.trace.schema import DEVICE_KINDS, Trace
+
+NA = "N/A"
+
+HEADERS: dict[str, tuple[str, ...]] = {
+    "op_summary": ("Device_id", "Model ID", "Task ID", "Stream ID", "Op Name", "OP Type", "OP State", "Task Type",
+                   "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim",
+                   "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types",
+                   "Output Formats"),
+    "op_statistic": ("Device_id", "OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)",
+                     "Max Time(us)", "Ratio(%)"),
+    "api_statistic": ("Device_id", "Level", "API Name", "Time(us)", "Count", "Avg(us)", "Min(us)", "Max(us)",
+                      "Variance"),
+    "task_time": ("Device_id", "kernel_name", "kernel_type", "stream_id", "task_id", "task_time(us)",
+                  "task_start(us)", "task_stop(us)"),
+    "step_trace_time": ("Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped",
+                        "Communication", "Free", "Stage", "Bubble",
+                        "Communication(Not Overlapped and Exclude Receive)", "Preparing"),
+    "npu_mem": ("Device_id", "event", "ddr(KB)", "hbm(KB)", "memory(KB)", "timestamp(us)"),
+    "memory_record": ("Component", "Timestamp(us)", "Total Allocated(KB)", "Total Reserved(KB)", "Device"),
+    "operator_memory": ("Name", "Size(KB)", "Allocation Time(us)", "Duration(us)", "Allocation Total Allocated(KB)",
+                        "Allocation Total Reserved(KB)", "Release Total Allocated(KB)", "Release Total Reserved(KB)",
+                        "Device"),
+}
+CSV_SUMMARIES = tuple(HEADERS)
+JSON_SUMMARIES = ("communication", "communication_matrix")
+#: Task types by kind, for rows whose args do not say (imported traces without "Task Type").
+_DEFAULT_TASK_TYPE = {"kernel": "AI_CORE", "memcpy": "MEMCPY_ASYNC", "memset": "MEMSET", "collective": "HCCL",
+                      "wait": "EVENT_WAIT", "marker": "EVENT_RECORD"}
+_COLUMNS = ["rank", "ph", "name", "cat", "ts", "dur", "pid", "kind", "device", "stream", "corr", "bytes", "addr",
+            "value", "step"]
+
+
+def summaries(trace: Trace) -> dict[str, Any]:
+    """Every summary: {name: DataFrame with msprof's header} for CSVs, {name: dict} for JSONs."""
+    rows = Rows(trace)
+    out: dict[str, Any] = {
+        "op_summary": op_summary(rows), "op_statistic": op_statistic(rows), "api_statistic": api_statistic(rows),
+        "task_time": task_time(rows), "step_trace_time": step_trace_time(rows), "npu_mem": npu_mem(rows),
+        "memory_record": memory_record(rows), "operator_memory": operator_memory(rows),
+    }
+    comm, matrix = communication.summaries(rows)
+    out["communication"], out["communication_matrix"] = comm, matrix
+    return out
+
+
+class Rows:
+    """The row sets the summaries share (device tasks, host API calls, steps...), built once."""
+
+    def __init__(self, trace: Trace) -> None:
+        t = trace.table
+        self.origin_ns = int(trace.meta.origin_ns or 0)
+        self.topology = (trace.meta.extra or {}).get("topology") or {}
+        df = t.select(_COLUMNS).to_pandas()
+        for c in ("ph", "name", "cat", "kind"):
+            df[c] = df[c].astype(object)
+        self.df = df
+        device_pids = set(df.loc[df["kind"].isin(DEVICE_KINDS), "pid"].unique())
+        on_device = df["pid"].isin(device_pids)
+        timed = (df["ph"] == "X") & ~df["kind"].isin(("meta", "flow", "counter", "step"))
+        tasks = df[timed & on_device].copy()
+        tasks["dur"] = tasks["dur"].fillna(0).astype(np.int64)
+        tasks["end"] = tasks["ts"] + tasks["dur"]
+        tasks["device"] = tasks["device"].fillna(-1).astype(np.int64)
+        tasks["stream"] = tasks["stream"].astype("Int64")
+        args = t.column("args").take(pa.array(tasks.index.to_numpy()))
+        task_type = _extract(args, r'"Task Type":\s*"(?P<v>[^"]*)"')
+        tasks["task_type"] = np.where(pd.isna(task_type), tasks["kind"].map(_DEFAULT_TASK_TYPE).fillna(NA), task_type)
+        tasks["block_dim"] = _extract(args, r'"Block Dim":\s*(?P<v>\d+)')
+        tasks = tasks.sort_values(["rank", "device", "stream", "ts"], kind="stable")
+        # msprof's Task Wait Time: from the end of the stream's previous task to this start.
+        prev_end = tasks.groupby(["rank", "device", "stream"], sort=False)["end"].transform(
+            lambda s: s.cummax().shift(1))
+        tasks["wait"] = (tasks["ts"] - prev_end).clip(lower=0).fillna(0).astype(np.int64)
+        self.tasks = tasks.sort_values(["device", "rank", "ts"], kind="stable")
+        api_kinds = df["kind"].isin(("api", "launch", "sync", "wait"))
+        self.apis = df[(df["ph"] == "X") & api_kinds & ~on_device
+                       & ~df["cat"].isin(("host_work", "user_annotation"))].copy()
+        steps = df[(df["kind"] == "step") & (df["ph"] == "X")].copy()
+        steps["end"] = steps["ts"] + steps["dur"].fillna(0).astype(np.int64)
+        self.steps = steps.sort_values(["rank", "ts"], kind="stable")
+        memory = df[df["kind"].isin(("alloc", "free"))]
+        allocator = _extract(t.column("args").take(pa.array(memory.index.to_numpy())), r'"Allocator":\s*"(?P<v>[^"]*)"')
+        # The driver's frees say "aclrtFree": one allocator, two call names.
+        allocator = np.where(allocator == "aclrtFree", "aclrtMalloc", allocator)
+        self.memory = memory.assign(allocator=allocator).sort_values(["rank", "ts"], kind="stable")
+        self.counters = df[df["kind"] == "counter"]
+        self.device_of_rank = (tasks.groupby("rank")["device"].min() if len(tasks)
+                               else pd.Series(dtype=np.int64))
+
+    def us(self, ns: pd.Series | np.ndarray) -> list[str]:
+        """Absolute (origin + ts) microseconds, exact, three decimals: msprof's timestamps."""
+        return us_text(np.asarray(ns, dtype=np.int64) + self.origin_ns)
+
+
+def _extract(args: pa.ChunkedArray | pa.Array, pattern: str) -> np.ndarray:
+    if len(args) == 0:
+        return np.array([], dtype=object)
+    got = pc.extract_regex(args, pattern)
+    return np.asarray(pc.struct_field(got, [0]).to_pandas(), dtype=object)
+
+
+def us_text(ns: np.ndarray) -> list[str]:
+    """ns -> microseconds as text with exactly three decimals (no float rounding)."""
+    ns = np.asarray(ns, dtype=np.int64)
+    whole, frac = np.divmod(np.abs(ns), 1000)
+    sign = np.where(ns < 0, "-", "")
+    return [f"{s}{w}.{f:03d}" for s, w, f in zip(sign.tolist(), whole.tolist(), frac.tolist())]
+
+
+def _frame(name: str, data: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(data, columns=list(HEADERS[name]))
+
+
+def _kb(nbytes: pd.Series | np.ndarray) -> np.ndarray:
+    return np.round(np.asarray(nbytes, dtype=np.float64) / 1024, 3)
+
+
+def _int_or_na(values: pd.Series) -> list:
+    return [NA if pd.isna(v) else int(v) for v in values]
+
+
+# ---------------------------------------------------------------------- operators and tasks
+def op_summary(rows: Rows) -> pd.DataFrame:
+    """One row per operator run on a device: kernels, and HCCL collectives (msprof gives HCCL
+    rows no task or stream id: their many sub-tasks each have their own)."""
+    ops = rows.tasks[rows.tasks["kind"].isin(("kernel", "collective"))]
+    hccl = (ops["kind"] == "collective").to_numpy()
+    n = len(ops)
+    return _frame("op_summary", {
+        "Device_id": ops["device"].to_numpy(), "Model ID": [NA] * n,
+        "Task ID": np.where(hccl, NA, np.asarray(_int_or_na(ops["corr"]), dtype=object)),
+        "Stream ID": np.where(hccl, NA, np.asarray(_int_or_na(ops["stream"]), dtype=object)),
+        "Op Name": ops["name"].to_numpy(), "OP Type": ops["name"].to_numpy(), "OP State": [NA] * n,
+        "Task Type": ops["task_type"].to_numpy(), "Task Start Time(us)": rows.us(ops["ts"]),
+        "Task Duration(us)": us_text(ops["dur"]), "Task Wait Time(us)": us_text(ops["wait"]),
+        "Block Dim": [NA if v is None or pd.isna(v) else int(v) for v in ops["block_dim"]], "Mix Block Dim": [0] * n,
+        **{h: [NA] * n for h in HEADERS["op_summary"][13:]},
+    })
+
+
+def op_statistic(rows: Rows) -> pd.DataFrame:
+    """Kernels grouped by (device, op type, core type): count, total / min / avg / max time, and
+    each group's share of the device's kernel time."""
+    k = rows.tasks[rows.tasks["kind"] == "kernel"]
+    if not len(k):
+        return _frame("op_statistic", {})
+    g = k.groupby(["device", "name", "task_type"], sort=False)["dur"].agg(["count", "sum", "min", "mean", "max"])
+    g = g.reset_index()
+    device_total = g.groupby("device")["sum"].transform("sum")
+    g["ratio"] = np.round(g["sum"] / device_total * 100, 3)
+    g = g.sort_values(["device", "sum"], ascending=[True, False], kind="stable")
+    return _frame("op_statistic", {
+        "Device_id": g["device"].to_numpy(), "OP Type": g["name"].to_numpy(), "Core Type": g["task_type"].to_numpy(),
+        "Count": g["count"].to_numpy(), "Total Time(us)": us_text(g["sum"]), "Min Time(us)": us_text(g["min"]),
+        "Avg Time(us)": np.round(g["mean"].to_numpy() / 1000, 3), "Max Time(us)": us_text(g["max"]),
+        "Ratio(%)": g["ratio"].to_numpy(),
+    })
+
+
+def api_statistic(rows: Rows) -> pd.DataFrame:
+    """Host runtime API calls grouped by (device, level, name). Level as msprof names it: `acl`
+    for AscendCL calls, `hccl` for HCCL's, `runtime` for the rest."""
+    a = rows.apis
+    if not len(a):
+        return _frame("api_statistic", {})
+    a = a.assign(dur_us=a["dur"].fillna(0).astype(np.int64) / 1000,
+                 dev=[("host" if pd.isna(d) else str(int(d))) for d in a["device"]],
+                 level=np.select([a["name"].str.startswith("acl"), a["name"].str.lower().str.startswith("hccl")],
+                                 ["acl", "hccl"], "runtime"),
+                 dur_ns=a["dur"].fillna(0).astype(np.int64))
+    g = a.groupby(["dev", "level", "name"], sort=False).agg(
+        total=("dur_ns", "sum"), count=("dur_ns", "size"), mean=("dur_us", "mean"), lo=("dur_ns", "min"),
+        hi=("dur_ns", "max"), var=("dur_us", lambda s: float(np.var(s.to_numpy())))).reset_index()
+    g = g.sort_values("total", ascending=False, kind="stable")
+    return _frame("api_statistic", {
+        "Device_id": g["dev"].to_numpy(), "Level": g["level"].to_numpy(), "API Name": g["name"].to_numpy(),
+        "Time(us)": us_text(g["total"]), "Count": g["count"].to_numpy(), "Avg(us)": np.round(g["mean"], 3).to_numpy(),
+        "Min(us)": us_text(g["lo"]), "Max(us)": us_text(g["hi"]), "Variance": np.round(g["var"], 3).to_numpy(),
+    })
+
+
+def task_time(rows: Rows) -> pd.DataFrame:
+    """Every task a device ran (kernels, copies, memsets, event records / waits, HCCL parts)."""
+    t = rows.tasks
+    return _frame("task_time", {
+        "Device_id": t["device"].to_numpy(), "kernel_name": t["name"].to_numpy(),
+        "kernel_type": t["task_type"].to_numpy(), "stream_id": _int_or_na(t["stream"]),
+        "task_id": _int_or_na(t["corr"]), "task_time(us)": us_text(t["dur"]), "task_start(us)": rows.us(t["ts"]),
+        "task_stop(us)": rows.us(t["end"]),
+    })
+
+
+# ---------------------------------------------------------------------- steps
+def step_trace_time(rows: Rows) -> pd.DataFrame:
+    """Per step of each rank (`ProfilerStep#N`), torch_npu's split of the step in us:
+    Computing = union of kernel time, Communication = union of HCCL time (transfers and their
+    notify waits), Overlapped = both at once, Free = Stage - Computing - Communication(Not
+    Overlapped), Stage = from the step's start to the end of its last device task, Preparing =
+    from the step's start to its first device task. Bubble (pipeline receives) is 0: the emulator
+    has no pipeline-parallel receive ops."""
+    steps = rows.steps
+    if not len(steps):
+        return _frame("step_trace_time", {})
+    t = rows.tasks
+    t = t.assign(comm=(t["kind"] == "collective") | ((t["kind"] == "wait") & (t["cat"] == "hccl")),
+                 compute=t["kind"] == "kernel")
+    work = t[t["kind"].isin(DEVICE_KINDS) | t["comm"]]
+    by_step = dict(tuple(work.groupby(["rank", "step"], sort=False)))
+    empty = work.iloc[:0]
+    out = []
+    for (rank, step), s in steps.groupby(["rank", "step"], sort=True):
+        start, host_end = int(s["ts"].min()), int(s["end"].max())
+        mine = by_step.get((rank, step), empty)
+        end = max(host_end, int(mine["end"].max())) if len(mine) else host_end
+        comp_ns, comm_ns = _union(mine[mine["compute"]]), _union(mine[mine["comm"]])
+        overlapped = comp_ns + comm_ns - _union(mine[mine["compute"] | mine["comm"]])
+        stage = end - start
+        not_overlapped = comm_ns - overlapped
+        preparing = max(0, int(mine["ts"].min()) - start) if len(mine) else 0
+        device = rows.device_of_rank.get(rank, NA)
+        out.append((device, int(step), comp_ns, not_overlapped, overlapped, comm_ns,
+                    max(0, stage - comp_ns - not_overlapped), stage, 0, not_overlapped, preparing))
+    arr = np.array([r[2:] for r in out], dtype=np.int64)
+    data = {"Device_id": [r[0] for r in out], "Step": [r[1] for r in out]}
+    for i, h in enumerate(HEADERS["step_trace_time"][2:]):
+        data[h] = us_text(arr[:, i])
+    return _frame("step_trace_time", data)
+
+
+def _union(f: pd.DataFrame) -> int:
+    """Length of the union of the [ts, end) intervals in f."""
+    if not len(f):
+        return 0
+    f = f.sort_values("ts", kind="stable")
+    ts, end = f["ts"].to_numpy(), f["end"].to_numpy()
+    reach = np.maximum.accumulate(end)
+    gaps = np.maximum(ts[1:] - reach[:-1], 0).sum()
+    return int(reach[-1] - ts[0] - gaps)
+
+
+# ---------------------------------------------------------------------- memory
+def npu_mem(rows: Rows) -> pd.DataFrame:
+    """Device memory the application holds over time (the driver's "Device memory used")."""
+    c = rows.counters[rows.counters["name"] == "Device memory used"].sort_values(["device", "ts"], kind="stable")
+    hbm = _kb(c["value"])
+    return _frame("npu_mem", {"Device_id": c["device"].astype("Int64").to_numpy(), "event": ["app"] * len(c),
+                              "ddr(KB)": [0] * len(c), "hbm(KB)": hbm, "memory(KB)": hbm,
+                              "timestamp(us)": rows.us(c["ts"])})
+
+
+#: The counter holding each allocator's reserved bytes, and msprof's component name for it.
+_RESERVED_COUNTER = {"aclrtMalloc": "Device memory used", "caching": "Device memory reserved"}
+_COMPONENT = {"aclrtMalloc": "APP", "caching": "PTA"}
+
+
+def _with_reserved(rows: Rows, m: pd.DataFrame) -> pd.Series:
+    """Reserved bytes after each memory event: for the driver (aclrtMalloc) what the device has
+    handed out ("Device memory used"), for the caching allocator its "Device memory reserved"."""
+    out = pd.Series(np.nan, index=m.index)
+    for allocator, counter in _RESERVED_COUNTER.items():
+        c = rows.counters[rows.counters["name"] == counter][["rank", "device", "ts", "value"]]
+        sub = m[m["allocator"] == allocator]
+        if not len(c) or not len(sub):
+            continue
+        c = c.sort_values("ts", kind="stable").rename(columns={"value": "reserved"})
+        left = sub[["rank", "device", "ts"]].reset_index().sort_values("ts", kind="stable")
+        got = pd.merge_asof(left, c, on="ts", by=["rank", "device"], direction="backward").set_index("index")
+        out.loc[got.index] = got["reserved"]
+    return out
+
+
+def memory_record(rows: Rows) -> pd.DataFrame:
+    """One row per allocation or free: the allocator's allocated and reserved totals after it
+    (component APP for aclrtMalloc, PTA for the framework's caching allocator, as msprof names
+    them)."""
+    m = rows.memory
+    reserved = _with_reserved(rows, m)
+    return _frame("memory_record", {
+        "Component": m["allocator"].map(_COMPONENT).fillna("APP").to_numpy(), "Timestamp(us)": rows.us(m["ts"]),
+        "Total Allocated(KB)": _kb(m["value"]), "Total Reserved(KB)": _kb(reserved.fillna(m["value"])),
+        "Device": [f"NPU:{int(d)}" for d in m["device"]],
+    })
+
+
+def operator_memory(rows: Rows) -> pd.DataFrame:
+    """Each allocation with its lifetime: paired with the next free of the same address by the
+    same allocator on the same device. Name is the call site the allocation was tagged with
+    (`[memory] <tag>`); never-freed allocations have no duration or release totals."""
+    m = rows.memory.assign(reserved=_with_reserved(rows, rows.memory))
+    if not len(m):
+        return _frame("operator_memory", {})
+    key = ["rank", "device", "allocator", "addr"]
+    m = m.sort_values([*key, "ts"], kind="stable")
+    nxt = m.groupby(key, sort=False, dropna=False)[["kind", "ts", "value", "reserved"]].shift(-1)
+    freed = (m["kind"] == "alloc") & (nxt["kind"] == "free")
+    a = m[m["kind"] == "alloc"].sort_values(["device", "ts"], kind="stable")
+    f, ok = nxt.loc[a.index], freed.loc[a.index].to_numpy()
+    names = a["name"].str.replace(r"^\[memory\]\s*", "", regex=True).replace("", "[memory]")
+    duration = np.where(ok, (f["ts"].fillna(0) - a["ts"]).to_numpy(), 0).astype(np.int64)
+    return _frame("operator_memory", {
+        "Name": names.to_numpy(), "Size(KB)": _kb(a["bytes"]), "Allocation Time(us)": rows.us(a["ts"]),
+        "Duration(us)": np.where(ok, np.asarray(us_text(duration), dtype=object), ""),
+        "Allocation Total Allocated(KB)": _kb(a["value"]),
+        "Allocation Total Reserved(KB)": _kb(a["reserved"].fillna(a["value"])),
+        "Release Total Allocated(KB)": np.where(ok, _kb(f["value"].fillna(0)), None),
+        "Release Total Reserved(KB)": np.where(ok, _kb(f["reserved"].fillna(f["value"]).fillna(0)), None),
+        "Device": [f"NPU:{int(d)}" for d in a["device"]],
+    })
