@@ -267,7 +267,7 @@ def analyze(
     progress: ProgressOpt = None,
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
-    trace = _load(trace_path, lenient, progress)
+    trace = _load(trace_path, lenient, progress, analysis_only=True)
     rep = report.build(trace, analyzer, window=_window(window))
     if as_json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
@@ -293,7 +293,7 @@ def report_cmd(
         raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(report.FORMATS)}")
     level = _severity(fail_on) if fail_on is not None else None
     loading.check_parent(output)
-    trace = _load(trace_path, lenient, progress)
+    trace = _load(trace_path, lenient, progress, analysis_only=True)
     rep = report.build(trace, analyzer, window=_window(window))
     report.write(rep, output, fmt)
     worst = report.worst(rep)
@@ -312,8 +312,8 @@ def diff_cmd(
     lenient: LenientOpt = False,
 ) -> None:
     """Compare two traces: throughput, step time, memory, bubble ratio, and per-finding change."""
-    a = report.build(_load(base, lenient, None), window=_window(window))
-    b = report.build(_load(new, lenient, None), window=_window(window))
+    a = report.build(_load(base, lenient, None, analysis_only=True), window=_window(window))
+    b = report.build(_load(new, lenient, None, analysis_only=True), window=_window(window))
     table = compare(a, b)
     if as_json:
         typer.echo(json.dumps(table, indent=2, default=str))
@@ -429,11 +429,11 @@ def _severity(name: str):
         raise MsprofError(f"--fail-on must be 'warning' or 'critical', got {name!r}") from None
 
 
-def _load(trace_path: Path, lenient: bool, progress: bool | None) -> Trace:
+def _load(trace_path: Path, lenient: bool, progress: bool | None, *, analysis_only: bool = False) -> Trace:
     if prof_dir.is_prof_dir(trace_path):
         return prof_dir.read_raw(trace_path)
     with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
-        return loading.load_any(trace_path, lenient=lenient, progress=report)
+        return loading.load_any(trace_path, lenient=lenient, progress=report, analysis_only=analysis_only)
 
 
 def main() -> None:

@@ -69,9 +69,20 @@ def init(**config: Any) -> Runtime:
 
 
 def current() -> Runtime:
-    if _current is None or _current.finished:
+    """The runtime of the calling host thread: the one acl.init() made, or the Runtime a
+    multi-rank job's thread belongs to (so hccl and Thread work on any Runtime)."""
+    if _current is not None and not _current.finished:
+        return _current
+    rt = _runtime_of_thread()
+    if rt is None:
         raise AclError(_errors.ACL_ERROR_UNINITIALIZE, "the runtime is not initialized; call acl.init() first")
-    return _current
+    return rt
+
+
+def _runtime_of_thread() -> Runtime | None:
+    from runtime_emu.host import runtime_of_current_thread
+
+    return runtime_of_current_thread()
 
 
 def finalize() -> EmuResult:

@@ -10,6 +10,7 @@ thread simply drives the engine.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import greenlet
@@ -20,6 +21,14 @@ if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
 
 READY, RUNNING, BLOCKED, DONE = "ready", "running", "blocked", "done"
+
+#: Which runtime each host-thread greenlet belongs to (weak: finished jobs are collected).
+_RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary()
+
+
+def runtime_of_current_thread() -> "Runtime | None":
+    rt = _RUNTIMES.get(greenlet.getcurrent())
+    return rt if rt is not None and not rt.finished else None
 
 
 class HostThread:
@@ -57,6 +66,8 @@ class Coordinator:
         tid = sum(1 for t in self.order if t.rank == rank) + 1
         th = HostThread(glet, tid, clock, rank)
         self.threads[glet] = th
+        if glet is not greenlet.getcurrent():  # a spawned host thread or rank (not the main one)
+            _RUNTIMES[glet] = self.rt
         self.order.append(th)
         self.live += 1
         return th

@@ -475,3 +475,22 @@ def test_ring_and_hd_schedules_move_2_p_minus_1_over_p_of_the_data():
     assert A.schedule("allGather", "ring", 3, 300) == [
         A.Step(((0, 1, 100), (1, 2, 100), (2, 0, 100))), A.Step(((0, 1, 100), (1, 2, 100), (2, 0, 100)))]
     assert A.chunks(10, 4) == [2, 3, 2, 3]
+
+
+def test_collectives_find_a_directly_built_runtime_without_acl_init():
+    from runtime_emu import Runtime, acl, hccl, topology
+
+    acl._current = None
+    rt = Runtime(topology=topology.server(2))
+
+    def program(rank):
+        rt.set_device(rank)
+        s = rt.create_stream()
+        comm = hccl.comm_init_all()
+        buf = rt.malloc(1 << 20)
+        hccl.all_reduce(buf, buf, 1024, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm, s)
+        rt.synchronize_stream(s)
+
+    rt.run_ranks(program)
+    df = rt.finish().trace.to_pandas()
+    assert sorted(df[df.kind == "collective"]["rank"]) == [0, 1]
