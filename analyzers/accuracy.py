@@ -97,7 +97,12 @@ def cases_for(scenarios: dict[str, Any], names: Iterable[str] | None = None) -> 
 
 
 def _matches(finding: dict[str, Any], problem: dict[str, Any]) -> bool:
-    rank = (problem.get("where") or {}).get("rank")
+    """Same rank as the problem; for link problems, one of the problem's links among the evidence."""
+    where = problem.get("where") or {}
+    links = where.get("links")
+    if links and finding.get("evidence") and any("link" in e for e in finding["evidence"]):
+        return any(e.get("link") in links for e in finding["evidence"])
+    rank = where.get("rank")
     return rank is None or finding.get("rank") is None or finding["rank"] == rank
 
 

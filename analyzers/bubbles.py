@@ -50,8 +50,8 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     between a host synchronize, host work (data loading / preprocessing) and launch overhead;
     if it had been launched in time, it waited on the device -- for what ended just before on
     the device (a copy, a collective, or an event's producer). Per cause, the idle time summed
-    over steps is the time lost; its share of step time sets the severity. Time within a gap
-    during which the device was copying counts as waiting on a copy, whatever ended the gap.
+    over steps is the time lost; its share of step time sets the severity. In gaps the host
+    caused, time during which the device was copying counts as waiting on a copy.
     With three or more steps the first (pipeline fill, warm-up) is left out of the verdict.
     """
     ops = frames.device_ops
@@ -96,8 +96,8 @@ def _drop_warmup(table: pd.DataFrame, windows: dict) -> pd.DataFrame:
 
 
 def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """The part of each gap during which the device was copying is 'waiting on a copy' time,
-    whatever ended the gap: the cores starved while data moved."""
+    """The part of a host-caused gap during which the device was copying is 'waiting on a
+    copy' time: the cores starved while data moved."""
     copies = ops[ops["kind"].astype(str).isin(["memcpy", "memset"])]
     if copies.empty:
         return table
@@ -110,11 +110,15 @@ def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
         cover = _cover(c)
         g = table.loc[idx]
         table.loc[idx, "copy_ns"] = (cover(g["end"].to_numpy()) - cover(g["ts"].to_numpy())).astype(np.int64)
-    copy_part = table[(table["copy_ns"] > 0) & (table["cause"] != "copy")].copy()
+    # Gaps the host caused (late launches, syncs, host work) lose their copy time to "copy":
+    # the cores waited for the data. Where they waited on a collective or an event, a copy
+    # running meanwhile (a prefetch) was not what they waited for.
+    splittable = (table["copy_ns"] > 0) & table["cause"].isin(["host_launch", "sync", "data", "other"])
+    copy_part = table[splittable].copy()
     copy_part["idle_ns"] = copy_part["copy_ns"]
     copy_part["cause"] = "copy"
     rest = table.copy()
-    moved = (rest["copy_ns"] > 0) & (rest["cause"] != "copy")
+    moved = splittable
     rest.loc[moved, "idle_ns"] = rest.loc[moved, "idle_ns"] - rest.loc[moved, "copy_ns"]
     out = pd.concat([rest[rest["idle_ns"] > 0], copy_part], ignore_index=True)
     return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
@@ -186,6 +190,22 @@ def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: Bubble
     rest = ~late & (kinds != "collective") & (gaps["next_corr"].notna().to_numpy())
     if rest.any():
         cause[rest] = _producer_kind(gaps[rest], ops, cfg)
+    # A gap no kernel ends (the tail of a step): judge it by what the rank's host threads did.
+    tail = gaps["next_corr"].isna().to_numpy() & ~late
+    if tail.any():
+        a, b = gaps["ts"].to_numpy()[tail], gaps["end"].to_numpy()[tail]
+        ranks = gaps["rank"].to_numpy()[tail]
+        t_sync, t_work = np.zeros(tail.sum()), np.zeros(tail.sum())
+        for (rank, _pid, _tid), (cover_sync, cover_work) in host.items():
+            mine = ranks == rank
+            if mine.any():
+                t_sync[mine] = np.maximum(t_sync[mine], cover_sync(b[mine]) - cover_sync(a[mine]))
+                t_work[mine] = np.maximum(t_work[mine], cover_work(b[mine]) - cover_work(a[mine]))
+        span_t = np.maximum(b - a, 1)
+        tail_cause = np.full(tail.sum(), "other", dtype=object)
+        tail_cause[(t_work >= 0.3 * span_t) & (t_work > t_sync)] = "data"
+        tail_cause[(t_sync >= 0.3 * span_t) & (t_sync >= t_work)] = "sync"
+        cause[tail] = tail_cause
     return cause
 
 

@@ -44,7 +44,7 @@ def analyze(frames: Frames, cfg: LinkConfig):
     topo, preset = extra.get("topology") or {}, extra.get("preset") or {}
     nominal = {"hccs": topo.get("hccs_gbps"), "roce_tx": topo.get("roce_gbps"), "roce_rx": topo.get("roce_gbps"),
                "pcie_h2d": preset.get("pcie_gbps"), "pcie_d2h": preset.get("pcie_gbps"), "hbm": preset.get("hbm_gbps")}
-    findings, metrics = [], []
+    metrics, slow = [], []
     for name, g in rows.groupby(names[rows.index], sort=True):
         m = _LINK.match(name)
         if not m or not nominal.get(m["type"]):
@@ -55,14 +55,28 @@ def analyze(frames: Frames, cfg: LinkConfig):
         best = float(val.max())
         nom = float(nominal[m["type"]])
         metrics.append({"link": name[:-5], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy)})
-        if busy < cfg.min_busy_ns or best >= cfg.slow_ratio * nom:
-            continue
+        if busy >= cfg.min_busy_ns and best < cfg.slow_ratio * nom:
+            slow.append({"link": name[:-5], "rank": int(m["rank"]), "best": best, "nominal": nom, "busy": busy,
+                         "t0": int(ts[0]), "t1": int(ts[-1])})
+    # Links capped at the same rate are one fault seen from both ends (a flow crossing a slow link
+    # runs at its rate on every other link of its path): report them together as suspects.
+    findings = []
+    groups: dict = {}
+    for link in slow:
+        groups.setdefault((round(link["best"], 3), link["nominal"]), []).append(link)
+    for (best, nom), links in groups.items():
+        busy = max(link["busy"] for link in links)
+        names_ = ", ".join(link["link"] for link in links)
         findings.append(Finding(
             code="SLOW_LINK", severity=Severity.CRITICAL if best < 0.3 * nom else Severity.WARNING,
-            title=f"Slow link {name[:-5]}",
-            message=(f"link {name[:-5]} never exceeded {best:.2f} GB/s of its nominal {nom:.2f} GB/s over "
-                     f"{busy / 1e6:.3f} ms of traffic"),
-            rank=int(m["rank"]), ts_ns=int(ts[0]), dur_ns=int(ts[-1] - ts[0]), metric="best_over_nominal",
-            value=round(best / nom, 4), threshold=cfg.slow_ratio, lost_ns=int(busy * (1 - best / nom)),
-            evidence=[{"link": name[:-5], "best_gbps": best, "nominal_gbps": nom, "peer": m["peer"]}]))
+            title="Slow link" + ("s" if len(links) > 1 else ""),
+            message=(f"{names_} never exceeded {best:.2f} GB/s of the nominal {nom:.2f} GB/s over "
+                     f"{busy / 1e6:.3f} ms of traffic" + (" (one fault seen from both ends of the path)"
+                                                           if len(links) > 1 else "")),
+            rank=min(link["rank"] for link in links), ts_ns=min(link["t0"] for link in links),
+            dur_ns=max(link["t1"] for link in links) - min(link["t0"] for link in links),
+            metric="best_over_nominal", value=round(best / nom, 4), threshold=cfg.slow_ratio,
+            lost_ns=int(busy * (1 - best / nom)),
+            evidence=[{"link": link["link"], "rank": link["rank"], "best_gbps": link["best"], "nominal_gbps": nom}
+                      for link in links]))
     return findings, {"links": metrics}
