@@ -73,10 +73,12 @@ def degrade(topo: Topology, cfg: Config) -> Topology:
 class ClusterProblems:
     """The multi-rank switches of one job, shared by every rank's program."""
 
-    def __init__(self, rt: "Runtime", cfg: Config, call_site: str, prefetch_bytes: int) -> None:
+    def __init__(self, rt: "Runtime", cfg: Config, call_site: str, prefetch_bytes: int,
+                 chunk_bytes: int = PREFETCH_CHUNK_BYTES) -> None:
         self.rt, self.cfg, self.log = rt, cfg, cfg.problems
         self.call_site = call_site  # prefix of the call sites the reports name ("bert.train_step")
-        self.copies = max(1, prefetch_bytes // PREFETCH_CHUNK_BYTES)  # prefetch copies per step and rank
+        self.chunk = chunk_bytes  # bytes per prefetch copy
+        self.copies = max(1, prefetch_bytes // chunk_bytes)  # prefetch copies per step and rank
         self.target = cfg["problem_rank"]  # the rank slow-rank and leak act on
         self._slowed: list[int] = []  # corr of the slow rank's kernels
         self._prefetch: dict[int, tuple[Stream, int, int]] = {}  # rank -> (stream, host buffer, device buffer)
@@ -163,16 +165,16 @@ class ClusterProblems:
         rt = self.rt
         rank = device_stream.device.rank
         if rank not in self._prefetch:
-            nbytes = self.copies * PREFETCH_CHUNK_BYTES
+            nbytes = self.copies * self.chunk
             self._prefetch[rank] = (rt.create_stream(), rt.malloc_host(nbytes), rt.malloc(nbytes))
             self._copies[rank] = []
             self._report_contention(self._prefetch[rank][0], device_stream)
         stream, host, dev = self._prefetch[rank]
         rt.stream_wait_event(stream, after)
         for k in range(self.copies):
-            off = k * PREFETCH_CHUNK_BYTES
-            self._copies[rank].append(rt.memcpy_async(dev + off, PREFETCH_CHUNK_BYTES, host + off,
-                                                      PREFETCH_CHUNK_BYTES, MEMCPY_HOST_TO_DEVICE, stream))
+            off = k * self.chunk
+            self._copies[rank].append(rt.memcpy_async(dev + off, self.chunk, host + off,
+                                                      self.chunk, MEMCPY_HOST_TO_DEVICE, stream))
 
     def close(self, rank: int) -> None:
         if rank in self._prefetch:
@@ -185,7 +187,7 @@ class ClusterProblems:
         dev = stream.device
         link = f"r{rank}.d{dev.id}.pcie_h2d"
         preset = self.cfg.preset
-        alone = preset.copy_latency_ns + round(PREFETCH_CHUNK_BYTES / preset.pcie_gbps)
+        alone = preset.copy_latency_ns + round(self.chunk / preset.pcie_gbps)
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
             copies = [tasks[c] for c in self._copies[rank]]
@@ -197,9 +199,9 @@ class ClusterProblems:
                     else {"start_ns": copies[0].start_ns, "end_ns": copies[-1].end_ns})
             durs = [p.end_ns - p.start_ns for p in copies]
             return {"when": when,
-                    "expected": {"link": link, "copy_bytes": PREFETCH_CHUNK_BYTES, "copies": len(copies),
+                    "expected": {"link": link, "copy_bytes": self.chunk, "copies": len(copies),
                                  "alone_ns": alone, "mean_copy_ns": sum(durs) // len(durs),
-                                 "copy_gbps": round(PREFETCH_CHUNK_BYTES * len(durs) / sum(durs), 3),
+                                 "copy_gbps": round(self.chunk * len(durs) / sum(durs), 3),
                                  "pcie_gbps": preset.pcie_gbps, "comm_stream": comm.id,
                                  "collectives_overlapped": [
                                      {"seq": c.seq_label, "op": c.op, "bytes": c.nbytes, "start_ns": c.start_ns,
@@ -207,5 +209,5 @@ class ClusterProblems:
                                  "first_copy": task_dict(copies[0]), "manifested": bool(hit)}}
 
         self.log.add("bandwidth-contention", where=where(stream, link=link), resolve=resolve,
-                     detail=f"{self.copies} x {PREFETCH_CHUNK_BYTES >> 20} MiB H2D prefetch copies per step on "
+                     detail=f"{self.copies} x {self.chunk >> 20} MiB H2D prefetch copies per step on "
                             f"stream {stream.id} share {link} with the collectives on stream {comm.id}")

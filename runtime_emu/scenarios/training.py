@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from runtime_emu import acl, hccl
 from runtime_emu.runtime import MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE
-from runtime_emu.scenarios.cluster_problems import ClusterProblems
+from runtime_emu.scenarios.cluster_problems import PREFETCH_CHUNK_BYTES, ClusterProblems
 from runtime_emu.scenarios.scenario import Config, jittered, launch_op
 
 if TYPE_CHECKING:
@@ -62,6 +62,9 @@ class Model:
     leak_bytes_per_sample: int  # what the leak keeps each step (one layer's output)
     #: What the bandwidth-contention switch swaps in per step and rank (offloaded optimizer state).
     prefetch_bytes: int
+    #: The size of each of those copies: copies much shorter than a collective's PCIe phase run
+    #: wholly inside it, so the contention shows in their bandwidth and not only in an average.
+    prefetch_chunk_bytes: int = PREFETCH_CHUNK_BYTES
 
 
 @contextlib.contextmanager
@@ -102,7 +105,8 @@ class _StepCounters(dict):
 
 def run_job(rt: "Runtime", cfg: Config, model: Model, zero: bool) -> None:
     """Train `model` data-parallel on every rank of rt's topology for cfg.steps steps."""
-    problems = ClusterProblems(rt, cfg, f"{model.prefix}.train_step", model.prefetch_bytes)
+    problems = ClusterProblems(rt, cfg, f"{model.prefix}.train_step", model.prefetch_bytes,
+                               model.prefetch_chunk_bytes)
     if type(rt._step_next) is dict:
         rt._step_next = _StepCounters(rt)
     with hccl_runtime(rt):
