@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+from pathlib import Path
 
 
 def dist_version(name: str) -> str | None:
@@ -21,3 +23,9 @@ def environment(**packages: str) -> dict:
     env = {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count()}
     env.update({label: dist_version(dist) for label, dist in packages.items()})
     return env
+
+
+def save_json(path: Path, data: dict) -> None:
+    """Write a benchmark's figures (with `environment()` inside) for later comparison."""
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {path}")

@@ -27,6 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
+from _common import save_json
 from rich.console import Console
 from rich.table import Table
 
@@ -137,7 +138,7 @@ def main() -> None:
         console.print(t2)
     shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        save_json(args.json, results)
 
 
 if __name__ == "__main__":

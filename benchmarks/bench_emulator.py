@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import sys
 import tempfile
@@ -78,7 +77,7 @@ from heapq import heappush
 from pathlib import Path
 
 import simpy
-from _common import environment
+from _common import environment, save_json
 from simpy.core import NORMAL, URGENT
 
 from runtime_emu import PRESETS, Kernel, Preset, Runtime
@@ -546,8 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": len(results),
             "summary": summary,
         }
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        console.print(f"wrote {args.json}")
+        save_json(args.json, out)
 
     console.print(summary, markup=False, highlight=False)
     return 0

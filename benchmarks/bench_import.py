@@ -49,7 +49,7 @@ import time
 import warnings
 from pathlib import Path
 
-from _common import environment
+from _common import environment, save_json
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES_DIR = REPO_ROOT.parent / "shared" / "real_traces"
@@ -303,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": len(checks),
             "summary": summary,
         }
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        console.print(f"wrote {args.json}")
+        save_json(args.json, out)
 
     console.print(summary, markup=False, highlight=False)
     return 0

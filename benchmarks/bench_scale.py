@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import platform
 import resource
@@ -43,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from _common import save_json
 from rich.console import Console
 from rich.table import Table
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     row = measure(args.layers, planned[0], args.write, use_gc=not args.no_gc)
     show(row, planned, args.events)
     if args.json:
-        args.json.write_text(json.dumps(row, indent=2) + "\n")
+        save_json(args.json, row)
     return 0
 
 
