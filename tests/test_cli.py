@@ -156,6 +156,22 @@ def test_import_lenient_skips_one_bad_event(tmp_path):
     assert info_json(out)["skipped_events"] == 1
 
 
+@pytest.mark.parametrize("name, what", [
+    ("kernel_details.csv", "torch_npu kernel_details.csv"),
+    ("cluster_step_trace_time.csv", "msprof-analyze cluster_step_trace_time.csv"),
+    ("cluster_communication.json", "msprof-analyze cluster_communication.json"),
+])
+def test_summary_tables_beside_a_timeline_are_named_not_parsed(real_traces, tmp_path, name, what):
+    src, out = real_traces / "ascend" / name, tmp_path / "out.parquet"
+    result = runner.invoke(app, ["import", str(src), "-o", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert lines[0].startswith(f"msprof-py: error: {src}: not a trace: it is a {what}")
+    assert lines[0].endswith("a summary table, not a timeline (pass the trace_view.json or msprof_*.json "
+                             "timeline beside it)")
+
+
 # ---------------------------------------------------------------- export
 
 def test_export_kineto_keeps_every_event_exactly(real_traces, tmp_path):

@@ -67,6 +67,24 @@ class _Top(msgspec.Struct):
     traceEvents: list[msgspec.Raw] | None = None
 
 
+#: First-line / first-bytes marks of the tables torch_npu and msprof-analyze write beside a
+#: timeline: users pass them by mistake, so the error names what they are and what to pass.
+_SUMMARIES = (
+    (b"Accelerator Core", "torch_npu kernel_details.csv (per-task table)"),
+    (b"Communication(Not Overlapped)", "msprof-analyze cluster_step_trace_time.csv / step_trace_time.csv"),
+    (b"Communication Time Info", "msprof-analyze cluster_communication.json / communication.json"),
+)
+
+
+def _summary_kind(data: bytes | bytearray) -> str:
+    """'it is <what>, a summary table, not a timeline' if `data` is one of _SUMMARIES, else ''."""
+    head = bytes(data[:4096])
+    for mark, what in _SUMMARIES:
+        if mark in head:
+            return f"it is a {what}, a summary table, not a timeline"
+    return ""
+
+
 def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> RawEvents:
     """Decode a Chrome trace (object with traceEvents, or a bare array) into raw columns."""
     stripped = bytes(data[:64]).lstrip()
@@ -80,16 +98,19 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> Raw
             items = msgspec.json.decode(data, type=_Top).traceEvents
             if items is None:
                 raise TraceFormatError(
-                    f"{where}: not a trace: JSON object has no 'traceEvents' key",
-                    hint="expected a Chrome/Kineto trace object or a bare array of events",
+                    f"{where}: not a trace: " + (_summary_kind(data) or "JSON object has no 'traceEvents' key"),
+                    hint=("pass the trace_view.json or msprof_*.json timeline beside it" if _summary_kind(data)
+                          else "expected a Chrome/Kineto trace object or a bare array of events"),
                 )
             top = _other_keys(data, items, where)
         elif stripped[:1] == b"[":
             items = msgspec.json.decode(data, type=list[msgspec.Raw])
         else:
             raise TraceFormatError(
-                f"{where}: not a trace: expected a JSON object or array, found {stripped[:12]!r}",
-                hint="expected Chrome trace JSON (.json or .json.gz)",
+                f"{where}: not a trace: "
+                + (_summary_kind(data) or f"expected a JSON object or array, found {stripped[:12]!r}"),
+                hint=("pass the trace_view.json or msprof_*.json timeline beside it" if _summary_kind(data)
+                      else "expected Chrome trace JSON (.json or .json.gz)"),
             )
     except msgspec.ValidationError:
         raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
