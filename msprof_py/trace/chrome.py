@@ -76,13 +76,14 @@ _SUMMARIES = (
 )
 
 
-def _summary_kind(data: bytes | bytearray) -> str:
-    """'it is <what>, a summary table, not a timeline' if `data` is one of _SUMMARIES, else ''."""
+def _not_a_trace(where: str, data: bytes | bytearray, problem: str, hint: str) -> TraceFormatError:
+    """The error for input that is not a trace; names the summary table when it is one of _SUMMARIES."""
     head = bytes(data[:4096])
     for mark, what in _SUMMARIES:
         if mark in head:
-            return f"it is a {what}, a summary table, not a timeline"
-    return ""
+            return TraceFormatError(f"{where}: not a trace: it is a {what}, a summary table, not a timeline",
+                                    hint="pass the trace_view.json or msprof_*.json timeline beside it")
+    return TraceFormatError(f"{where}: not a trace: {problem}", hint=hint)
 
 
 def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> RawEvents:
@@ -97,21 +98,14 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False) -> Raw
         if stripped[:1] == b"{":
             items = msgspec.json.decode(data, type=_Top).traceEvents
             if items is None:
-                raise TraceFormatError(
-                    f"{where}: not a trace: " + (_summary_kind(data) or "JSON object has no 'traceEvents' key"),
-                    hint=("pass the trace_view.json or msprof_*.json timeline beside it" if _summary_kind(data)
-                          else "expected a Chrome/Kineto trace object or a bare array of events"),
-                )
+                raise _not_a_trace(where, data, "JSON object has no 'traceEvents' key",
+                                   "expected a Chrome/Kineto trace object or a bare array of events")
             top = _other_keys(data, items, where)
         elif stripped[:1] == b"[":
             items = msgspec.json.decode(data, type=list[msgspec.Raw])
         else:
-            raise TraceFormatError(
-                f"{where}: not a trace: "
-                + (_summary_kind(data) or f"expected a JSON object or array, found {stripped[:12]!r}"),
-                hint=("pass the trace_view.json or msprof_*.json timeline beside it" if _summary_kind(data)
-                      else "expected Chrome trace JSON (.json or .json.gz)"),
-            )
+            raise _not_a_trace(where, data, f"expected a JSON object or array, found {stripped[:12]!r}",
+                               "expected Chrome trace JSON (.json or .json.gz)")
     except msgspec.ValidationError:
         raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
     except msgspec.DecodeError as exc:

@@ -74,7 +74,7 @@ class ClusterProblems:
     """The multi-rank switches of one job, shared by every rank's program."""
 
     def __init__(self, rt: "Runtime", cfg: Config, call_site: str, prefetch_bytes: int,
-                 chunk_bytes: int = PREFETCH_CHUNK_BYTES) -> None:
+                 chunk_bytes: int) -> None:
         self.rt, self.cfg, self.log = rt, cfg, cfg.problems
         self.call_site = call_site  # prefix of the call sites the reports name ("bert.train_step")
         self.chunk = chunk_bytes  # bytes per prefetch copy
