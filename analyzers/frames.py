@@ -46,19 +46,18 @@ class Frames:
         t = self.trace.table.select(list(_COLUMNS))
         if self.window == "all":
             return t
-        kinds = self.kinds_of(t)
-        ph = t.column("ph").combine_chunks()
-        is_x = np.asarray(ph.indices) == ph.dictionary.to_pylist().index("X") if "X" in ph.dictionary.to_pylist() \
-            else np.zeros(t.num_rows, dtype=bool)
-        step_mask = (kinds == "step") & is_x
+        codes, names = _dictionary_codes(t.column("kind"))
+        ph_codes, ph_names = _dictionary_codes(t.column("ph"))
+        is_x = ph_codes == ph_names.index("X") if "X" in ph_names else np.zeros(t.num_rows, dtype=bool)
+        step_mask = _code_mask(codes, names, ("step",)) & is_x
         if step_mask.sum() < 2:
             return t
         keep = np.ones(t.num_rows, dtype=bool)
         rank = t.column("rank").to_numpy()
         ts = t.column("ts").to_numpy()
         corr = t.column("corr").to_numpy(zero_copy_only=False)
-        device = np.isin(kinds, DEVICE_KINDS)
-        host = ~device & ~np.isin(kinds, ("flow", "meta", "counter"))
+        device = _code_mask(codes, names, DEVICE_KINDS)
+        host = ~device & ~_code_mask(codes, names, ("flow", "meta", "counter"))
         srank, sts = rank[step_mask], ts[step_mask]
         for r in np.unique(srank):
             cutoff = sts[srank == r].max()
@@ -76,35 +75,52 @@ class Frames:
         names = np.array(col.dictionary.to_pylist(), dtype=object)
         return names[np.asarray(col.indices)] if len(col) else np.array([], dtype=object)
 
+    @cached_property
+    def _kind_codes(self) -> tuple[np.ndarray, list[str]]:
+        return _dictionary_codes(self.table.column("kind"))
+
+    def kind_mask(self, kinds: tuple[str, ...]) -> np.ndarray:
+        """Rows of `table` whose kind is one of `kinds` (compared as dictionary codes)."""
+        codes, names = self._kind_codes
+        return _code_mask(codes, names, kinds)
+
+    def _frame(self, mask: np.ndarray, columns: tuple[str, ...]) -> pd.DataFrame:
+        sub = self.table.select(list(columns))
+        if not mask.all():
+            sub = sub.filter(pa.array(mask))
+        return _to_pandas(sub)
+
     def _select(self, kinds: tuple[str, ...], columns: tuple[str, ...] = _COLUMNS) -> pd.DataFrame:
-        t = self.table
-        col = t.column("kind").combine_chunks()
-        wanted = [i for i, k in enumerate(col.dictionary.to_pylist()) if k in kinds]
-        mask = np.isin(np.asarray(col.indices), wanted)
-        sub = t.filter(pa.array(mask)).select(list(columns))
-        df = sub.to_pandas()
-        for c in ("kind", "ph", "name", "cat"):
-            if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
-                df[c] = df[c].cat.remove_unused_categories()
-        return df
+        return self._frame(self.kind_mask(kinds), columns)
 
     @cached_property
     def device_ops(self) -> pd.DataFrame:
         """Kernels, copies, memsets and collectives that ran on a stream, sorted per stream by ts."""
-        df = self._select(DEVICE_KINDS, ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr",
-                                          "bytes", "value"))
-        df = df[df["stream"].notna() & (df["ph"] == "X")].copy()
+        t = self.table
+        ph_codes, ph_names = _dictionary_codes(t.column("ph"))
+        mask = (self.kind_mask(DEVICE_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+                & _code_mask(ph_codes, ph_names, ("X",)))
+        sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "value"])
+        sub = sub.filter(pa.array(mask))
+        # Sorted per (rank, device, stream) by ts in Arrow, before the pandas conversion.
+        rank = sub.column("rank").to_numpy()
+        device = sub.column("device").fill_null(-1).to_numpy()
+        stream = sub.column("stream").to_numpy()
+        order = np.lexsort((sub.column("ts").to_numpy(), stream, device, rank))
+        if len(order) and (np.diff(order) != 1).any():
+            sub = sub.take(pa.array(order))
+        df = _to_pandas(sub)
         df["dur"] = df["dur"].fillna(0).astype(np.int64)
         df["end"] = df["ts"] + df["dur"]
         df["stream"] = df["stream"].astype(np.int64)
         df["device"] = df["device"].fillna(-1).astype(np.int64)
-        return df.sort_values(["rank", "device", "stream", "ts"], kind="stable").reset_index(drop=True)
+        return df
 
     @cached_property
     def launches(self) -> pd.DataFrame:
         """Host calls that put work on a stream (kind launch), with the device op they created."""
-        df = self._select(("launch",), ("rank", "ph", "name", "ts", "dur", "pid", "tid", "corr", "kind"))
-        return df[df["corr"].notna()].reset_index(drop=True)
+        mask = self.kind_mask(("launch",)) & self.table.column("corr").is_valid().to_numpy(zero_copy_only=False)
+        return self._frame(mask, ("rank", "ph", "name", "ts", "dur", "pid", "tid", "corr", "kind"))
 
     @cached_property
     def host_calls(self) -> pd.DataFrame:
@@ -156,3 +172,32 @@ def union_ns(ts: np.ndarray, end: np.ndarray) -> int:
     order = np.argsort(ts, kind="stable")
     ts, end = ts[order], end[order]
     return int((end.max() - ts[0]) - gaps(ts, end).sum())
+
+
+def _dictionary_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """A dictionary column's codes (null as -1) and its dictionary as a list."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False) if col.null_count else \
+        col.indices.to_numpy(zero_copy_only=False)
+    return np.asarray(codes), col.dictionary.to_pylist()
+
+
+def _code_mask(codes: np.ndarray, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:
+    hits = [i for i, k in enumerate(names) if k in wanted]
+    if not hits:
+        return np.zeros(len(codes), dtype=bool)
+    if len(hits) == 1:
+        return codes == hits[0]
+    return np.isin(codes, hits)
+
+
+def _to_pandas(t: pa.Table) -> pd.DataFrame:
+    """A table as a DataFrame; dictionary columns become categoricals of the values present."""
+    df = t.to_pandas()
+    for c in ("kind", "ph", "name", "cat"):
+        if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].cat.remove_unused_categories()
+    return df

@@ -20,6 +20,32 @@ from analyzers.frames import Frames, gaps
 STREAM_KEY = ["rank", "device", "stream"]
 
 
+def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by `keys`: a mask of each group's first row, and the first rows' indices."""
+    n = len(keys[0])
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = np.logical_or.reduce([k[1:] != k[:-1] for k in keys])
+    return first, np.flatnonzero(first)
+
+
+def _key_ids(*keys: np.ndarray) -> np.ndarray:
+    """A dense id per distinct combination of `keys` (row-aligned arrays)."""
+    order = np.lexsort(keys[::-1])
+    first, _ = _groups(*(k[order] for k in keys))
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.cumsum(first) - 1
+    return ids
+
+
+def _per_group_cumsum(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Cumulative sum of `values` restarting at every group's first row."""
+    total = np.cumsum(values)
+    before = total - values  # the sum before each row; at a group's first row, its offset
+    offset = np.maximum.accumulate(np.where(first, np.arange(len(values)), 0))
+    return total - before[offset]
+
+
 def stream_time(frames: Frames) -> pd.DataFrame:
     """rank, device, stream, ops, busy_ns, idle_ns, first_ns, last_ns per stream."""
     ops = frames.device_ops
@@ -27,22 +53,20 @@ def stream_time(frames: Frames) -> pd.DataFrame:
         return pd.DataFrame(columns=[*STREAM_KEY, "ops", "busy_ns", "idle_ns", "first_ns", "last_ns"])
     ts = ops["ts"].to_numpy()
     end = ops["end"].to_numpy()
-    key = ops[STREAM_KEY].to_numpy()
-    new_group = np.ones(len(ops), dtype=bool)
-    new_group[1:] = (key[1:] != key[:-1]).any(axis=1)
+    rank, device, stream = (ops[c].to_numpy() for c in STREAM_KEY)
+    new_group, starts = _groups(rank, device, stream)
     group = np.cumsum(new_group) - 1
     # Running max of ends restarts per stream: offset each group far above the previous one.
     offset = group.astype(np.int64) * (int(end.max()) - int(ts.min()) + 1)
     idle = gaps(ts + offset, end + offset)
     idle[new_group] = 0
-    frame = pd.DataFrame({"g": group, "idle": idle, "dur": ops["dur"].to_numpy(), "ts": ts, "end": end})
-    agg = frame.groupby("g").agg(ops=("dur", "size"), idle_ns=("idle", "sum"), first_ns=("ts", "min"),
-                                 last_ns=("end", "max"))
-    busy = agg["last_ns"] - agg["first_ns"] - agg["idle_ns"]
-    firsts = ops.loc[new_group, STREAM_KEY].reset_index(drop=True)
-    out = pd.concat([firsts, agg.reset_index(drop=True)], axis=1)
-    out.insert(4, "busy_ns", busy.to_numpy())
-    return out
+    idle_ns = np.add.reduceat(idle, starts)
+    first_ns = np.minimum.reduceat(ts, starts)
+    last_ns = np.maximum.reduceat(end, starts)
+    return pd.DataFrame({"rank": rank[starts], "device": device[starts], "stream": stream[starts],
+                         "ops": np.diff(np.append(starts, len(ts))).astype(np.int64),
+                         "busy_ns": last_ns - first_ns - idle_ns, "idle_ns": idle_ns, "first_ns": first_ns,
+                         "last_ns": last_ns})
 
 
 def queue_series(frames: Frames, *, fan_out: bool = False) -> pd.DataFrame:
@@ -56,28 +80,57 @@ def queue_series(frames: Frames, *, fan_out: bool = False) -> pd.DataFrame:
     cols = ["ts", *STREAM_KEY, "queue_length"]
     if ops.empty or launches.empty:
         return pd.DataFrame(columns=cols)
-    launched = ops[ops["corr"].notna()][["rank", "corr", "device", "stream", "ts"]]
-    if not fan_out:
-        launched = launched[~launched.duplicated(["rank", "corr"], keep=False)]
-    matched = launches[["rank", "corr", "ts"]].merge(launched, on=["rank", "corr"], suffixes=("", "_op"))
-    if matched.empty:
+    launched = ops[ops["corr"].notna()]
+    if fan_out:
+        matched = launches[["rank", "corr", "ts"]].merge(launched[["rank", "corr", "device", "stream", "ts"]],
+                                                         on=["rank", "corr"], suffixes=("", "_op"))
+        up_ts, op_ts = matched["ts"].to_numpy(), matched["ts_op"].to_numpy()
+        key = [matched[c].to_numpy() for c in STREAM_KEY]
+    else:
+        # Ops with a correlation id of their own, each matched to the launches carrying that id.
+        op_rank, op_corr = launched["rank"].to_numpy(), launched["corr"].to_numpy().astype(np.int64)
+        l_rank, l_corr = launches["rank"].to_numpy(), launches["corr"].to_numpy().astype(np.int64)
+        ids = _key_ids(np.concatenate([op_rank, l_rank]), np.concatenate([op_corr, l_corr]))
+        op_ids, l_ids = ids[:len(op_rank)], ids[len(op_rank):]
+        counts = np.bincount(op_ids, minlength=int(ids.max()) + 1)
+        op_of_key = np.full(len(counts), -1, dtype=np.int64)
+        single = counts[op_ids] == 1
+        op_of_key[op_ids[single]] = np.flatnonzero(single)
+        op_index = op_of_key[l_ids]
+        hit = op_index >= 0
+        if not hit.any():
+            return pd.DataFrame(columns=cols)
+        op_index = op_index[hit]
+        up_ts = launches["ts"].to_numpy()[hit]
+        op_ts = launched["ts"].to_numpy()[op_index]
+        key = [launched[c].to_numpy()[op_index] for c in STREAM_KEY]
+    if len(up_ts) == 0:
         return pd.DataFrame(columns=cols)
-    ups = matched[["ts", *STREAM_KEY]].assign(delta=1)
-    downs = matched[["ts_op", *STREAM_KEY]].rename(columns={"ts_op": "ts"}).assign(delta=-1)
-    series = pd.concat([ups, downs], ignore_index=True)
+    ts = np.concatenate([up_ts, op_ts])
+    delta = np.concatenate([np.ones(len(up_ts), np.int64), np.full(len(op_ts), -1, np.int64)])
+    rank, device, stream = (np.concatenate([k, k]) for k in key)
     # Launch before start at equal times, so a queue never dips below zero.
-    series = series.sort_values([*STREAM_KEY, "ts", "delta"], ascending=[True, True, True, True, False],
-                                kind="stable")
-    series["queue_length"] = series.groupby(STREAM_KEY, sort=False)["delta"].cumsum()
-    return series[cols].reset_index(drop=True)
+    order = np.lexsort((-delta, ts, stream, device, rank))
+    ts, delta, rank, device, stream = ts[order], delta[order], rank[order], device[order], stream[order]
+    first, _ = _groups(rank, device, stream)
+    return pd.DataFrame({"ts": ts, "rank": rank, "device": device, "stream": stream,
+                         "queue_length": _per_group_cumsum(delta, first)})
 
 
 def queue_summary(series: pd.DataFrame) -> pd.DataFrame:
     """count, mean, max queue length per stream (statistics over the change points)."""
     if series.empty:
         return pd.DataFrame(columns=[*STREAM_KEY, "count", "mean", "max"])
-    g = series.groupby(STREAM_KEY)["queue_length"]
-    return g.agg(count="size", mean="mean", max="max").reset_index()
+    keys = [series[c].to_numpy() for c in STREAM_KEY]
+    q = series["queue_length"].to_numpy()
+    order = np.lexsort(keys[::-1])
+    if (np.diff(order) != 1).any():
+        keys, q = [k[order] for k in keys], q[order]
+    _, starts = _groups(*keys)
+    count = np.diff(np.append(starts, len(q))).astype(np.int64)
+    return pd.DataFrame({"rank": keys[0][starts], "device": keys[1][starts], "stream": keys[2][starts],
+                         "count": count, "mean": np.add.reduceat(q, starts) / count,
+                         "max": np.maximum.reduceat(q, starts)})
 
 
 COPY_NAMES = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD"}
@@ -85,43 +138,69 @@ COPY_NAMES = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD"}
 
 def copy_kind(ops: pd.DataFrame) -> pd.Series:
     """'Memcpy HtoD' / 'Memcpy DtoH' / 'Memcpy DtoD' / 'Memset' / 'Memcpy Unknown' per copy row."""
-    names = ops["name"].astype(str)
-    kind = pd.Series("Memcpy Unknown", index=ops.index, dtype=object)
-    kind[ops["kind"].astype(str) == "memset"] = "Memset"
+    # Labels are worked out once per distinct name, then spread to the rows by code.
+    codes, names = pd.factorize(ops["name"].astype(object), use_na_sentinel=False)
+    labels = np.full(len(names), "Memcpy Unknown", dtype=object)
+    text = pd.Series(np.asarray(names, dtype=object)).astype(str)
     for pattern, label in (("HtoD|H2D", "Memcpy HtoD"), ("DtoH|D2H", "Memcpy DtoH"), ("DtoD|D2D", "Memcpy DtoD"),
                            ("PtoP|P2P", "Memcpy PtoP")):
-        kind[(ops["kind"].astype(str) == "memcpy") & names.str.contains(pattern, regex=True)] = label
-    return kind
+        labels[text.str.contains(pattern, regex=True).to_numpy()] = label
+    kind = ops["kind"].astype(object).to_numpy()
+    out = np.where(kind == "memset", "Memset", np.where(kind == "memcpy", labels[codes], "Memcpy Unknown"))
+    return pd.Series(out, index=ops.index, dtype=object)
 
 
 def copy_bandwidth(frames: Frames) -> pd.DataFrame:
     """Per copy row: rank, device, stream, kind, ts, end, bytes, gbps (bytes per ns)."""
     ops = frames.device_ops
-    copies = ops[ops["kind"].astype(str).isin(["memcpy", "memset"]) & ops["bytes"].notna()].copy()
+    copies = ops[ops["kind"].isin(["memcpy", "memset"]).to_numpy() & ops["bytes"].notna().to_numpy()]
     if copies.empty:
         return pd.DataFrame(columns=[*STREAM_KEY, "kind", "ts", "end", "bytes", "gbps"])
-    copies["kind"] = copy_kind(copies)
-    dur = copies["dur"].clip(lower=1)
+    nbytes = copies["bytes"].to_numpy(dtype=np.float64)
+    value = copies["value"].to_numpy(dtype=np.float64)
+    dur = np.maximum(copies["dur"].to_numpy(), 1)
     # The producer's own figure when it gave one (profilers time copies more finely than `dur`).
-    copies["gbps"] = copies["value"].where(copies["value"].notna(), copies["bytes"].astype(np.float64) / dur)
-    return copies[[*STREAM_KEY, "kind", "ts", "end", "bytes", "gbps"]].reset_index(drop=True)
+    gbps = np.where(np.isnan(value), nbytes / dur, value)
+    return pd.DataFrame({"rank": copies["rank"].to_numpy(), "device": copies["device"].to_numpy(),
+                         "stream": copies["stream"].to_numpy(), "kind": copy_kind(copies).to_numpy(),
+                         "ts": copies["ts"].to_numpy(), "end": copies["end"].to_numpy(),
+                         "bytes": copies["bytes"].to_numpy(), "gbps": gbps})
+
+
+def _bandwidth_points(copies: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """rank, kind code, ts, gbps in use after each change, sorted; and the kind names."""
+    kinds, kind_code = np.unique(copies["kind"].to_numpy().astype(str), return_inverse=True)
+    rank = np.tile(copies["rank"].to_numpy(), 2)
+    code = np.tile(kind_code.reshape(-1), 2)
+    ts = np.concatenate([copies["ts"].to_numpy(), copies["end"].to_numpy()])
+    g = copies["gbps"].to_numpy(dtype=np.float64)
+    gbps = np.concatenate([g, -g])
+    order = np.lexsort((ts, code, rank))  # stable: at equal times, starts before ends
+    rank, code, ts, gbps = rank[order], code[order], ts[order], gbps[order]
+    first, _ = _groups(rank, code)
+    return rank, code, ts, _per_group_cumsum(gbps, first), kinds
 
 
 def bandwidth_series(copies: pd.DataFrame) -> pd.DataFrame:
     """Bandwidth in use per (rank, copy kind) over time: +gbps at start, -gbps at end, cumulated."""
     if copies.empty:
         return pd.DataFrame(columns=["rank", "kind", "ts", "gbps"])
-    up = copies[["rank", "kind", "ts", "gbps"]]
-    down = copies[["rank", "kind", "end", "gbps"]].rename(columns={"end": "ts"}).assign(gbps=-copies["gbps"])
-    s = pd.concat([up, down], ignore_index=True).sort_values(["rank", "kind", "ts"], kind="stable")
-    s["gbps"] = s.groupby(["rank", "kind"], sort=False)["gbps"].cumsum()
-    return s.reset_index(drop=True)
+    rank, code, ts, gbps, kinds = _bandwidth_points(copies)
+    return pd.DataFrame({"rank": rank, "kind": kinds[code].astype(object), "ts": ts, "gbps": gbps})
 
 
 def bandwidth_summary(copies: pd.DataFrame) -> pd.DataFrame:
     """count, mean, max bandwidth in use per (rank, copy kind), over the positive points."""
-    s = bandwidth_series(copies)
-    s = s[s["gbps"] > 1e-12]
-    if s.empty:
-        return pd.DataFrame(columns=["rank", "kind", "count", "gbps_mean", "gbps_max"])
-    return s.groupby(["rank", "kind"])["gbps"].agg(count="size", gbps_mean="mean", gbps_max="max").reset_index()
+    cols = ["rank", "kind", "count", "gbps_mean", "gbps_max"]
+    if copies.empty:
+        return pd.DataFrame(columns=cols)
+    rank, code, _ts, gbps, kinds = _bandwidth_points(copies)
+    pos = gbps > 1e-12
+    if not pos.any():
+        return pd.DataFrame(columns=cols)
+    rank, code, gbps = rank[pos], code[pos], gbps[pos]
+    _, starts = _groups(rank, code)
+    count = np.diff(np.append(starts, len(gbps))).astype(np.int64)
+    return pd.DataFrame({"rank": rank[starts], "kind": kinds[code[starts]].astype(object), "count": count,
+                         "gbps_mean": np.add.reduceat(gbps, starts) / count,
+                         "gbps_max": np.maximum.reduceat(gbps, starts)})
