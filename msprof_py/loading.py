@@ -32,7 +32,8 @@ def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallb
     """Read a trace table (Parquet file or partitioned directory) or import a JSON trace.
 
     `analysis_only` reads from Parquet only the columns analyzers use (no args / extra / id):
-    on a 10M-event trace that is a third of the memory.
+    on a 10M-event trace that is a third of the memory; a JSON import then skips building the
+    verbatim args / extra text columns.
     """
     path = Path(path)
     if not path.exists():
@@ -43,7 +44,7 @@ def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallb
 
             return read_trace(path, columns=list(ANALYSIS_COLUMNS))
         return read_trace(path)
-    trace = import_trace(path, lenient=lenient, progress=progress)
+    trace = import_trace(path, lenient=lenient, progress=progress, analysis_only=analysis_only)
     skipped = skipped_events(trace)
     if skipped and len(trace) == 0:
         # Leniency is for a few bad events in a real trace, not for turning any JSON

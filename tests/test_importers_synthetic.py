@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from msprof_py.trace import import_bytes
+import pytest
+
+from msprof_py.trace import import_bytes, import_trace
 
 
 def _table(events, **top):
@@ -82,3 +84,18 @@ def test_generic_chrome_trace_keeps_phases():
     assert df.value.tolist()[1] == 3.0
     assert df.id.tolist()[2] == "0x1f"
     assert json.loads(df.extra.tolist()[3]) == {"s": "p", "cname": "good"}
+
+
+@pytest.mark.parametrize("name", ["nccl_2rank_rank0.json.gz", "tiny_base.json.gz"])
+def test_analysis_only_import_has_every_column_analyzers_read(real_traces, name):
+    """What `analyze` / `report` load from JSON: typed columns as a full import, no verbatim text."""
+    from analyzers.frames import ANALYSIS_COLUMNS
+
+    path = real_traces / "kineto" / name
+    full, lean = import_trace(path), import_trace(path, analysis_only=True)
+    assert lean.table.num_rows == full.table.num_rows
+    assert lean.table.select(list(ANALYSIS_COLUMNS)).equals(full.table.select(list(ANALYSIS_COLUMNS)))
+    assert lean.table.column("id").equals(full.table.column("id"))
+    assert lean.table.column("args").null_count == lean.table.num_rows
+    assert lean.table.column("extra").null_count == lean.table.num_rows
+    assert full.table.column("args").null_count < full.table.num_rows  # the full import keeps them

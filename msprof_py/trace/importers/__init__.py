@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
 
 from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace import chrome, gz
@@ -77,17 +78,23 @@ def _gunzip(fh, size: int, progress: Progress | None) -> bytearray:
     return buf
 
 
-def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress | None = None) -> Trace:
-    """Read a Chrome/Kineto/torch_npu JSON trace (.json or .json.gz) into a Trace."""
+def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress | None = None,
+                 analysis_only: bool = False) -> Trace:
+    """Read a Chrome/Kineto/torch_npu JSON trace (.json or .json.gz) into a Trace.
+
+    `analysis_only` leaves the verbatim `args` and `extra` columns null (the typed columns
+    are derived from args as usual): what analyzers read, as `read_trace(columns=...)` loads
+    from Parquet. Such a table is for analysis; it does not export back to the same JSON.
+    """
     data = read_bytes(path, progress)
     if progress:
         progress("parse", 0, 1)
     # Decoded here rather than via import_bytes so that the JSON text is freed before the
     # typed columns and the sorted table are built (a caller's reference would pin it).
     with _gc_paused():
-        raw = chrome.decode(data, where=str(path), lenient=lenient)
+        raw = chrome.decode(data, where=str(path), lenient=lenient, extras=not analysis_only)
         del data
-        trace = from_raw(raw, where=str(path))
+        trace = from_raw(raw, where=str(path), analysis_only=analysis_only)
     if progress:
         progress("parse", 1, 1)
     return trace
@@ -122,11 +129,11 @@ def detect(raw: RawEvents) -> str:
     return "chrome"
 
 
-def from_raw(raw: RawEvents, *, where: str = "trace") -> Trace:
-    """Turn decoded raw events into a typed, sorted table."""
+def from_raw(raw: RawEvents, *, where: str = "trace", analysis_only: bool = False) -> Trace:
+    """Turn decoded raw events into a typed, sorted table (`analysis_only`: see import_trace)."""
     fmt = detect(raw)
     if fmt == "msprof-py":
-        return _from_export(raw, where)
+        return _from_export(raw, where, analysis_only)
     origin = int(raw.ts_ns[raw.has_ts].min()) if raw.has_ts.any() else 0
     if fmt == ascend.FORMAT:
         typed = ascend.derive(raw)
@@ -141,7 +148,7 @@ def from_raw(raw: RawEvents, *, where: str = "trace") -> Trace:
                      world_size=world, source_meta=raw.top)
     if raw.skipped:
         meta.extra["skipped_events"] = raw.skipped
-    cols = {**raw_columns(raw, origin), **typed.columns()}
+    cols = {**raw_columns(raw, origin, analysis_only), **typed.columns()}
     raw.release()
     return build_table(cols, meta)
 
@@ -156,15 +163,18 @@ def generic_derive(raw: RawEvents) -> common.Typed:
     return t
 
 
-def raw_columns(raw: RawEvents, origin: int) -> dict[str, Any]:
+def raw_columns(raw: RawEvents, origin: int, analysis_only: bool = False) -> dict[str, Any]:
     ts = np.where(raw.has_ts, raw.ts_ns - origin, 0)
+    text = {"args": raw.args, "extra": raw.extra}
+    if analysis_only:  # not sorted nor kept: nothing downstream reads them
+        text = {k: pa.nulls(len(raw), pa.string()) for k in text}
     return {
         "ph": raw.ph, "name": raw.name, "cat": raw.cat, "ts": ts, "dur": raw.dur_ns,
-        "pid": raw.pid, "tid": raw.tid, "id": raw.id, "args": raw.args, "extra": raw.extra,
+        "pid": raw.pid, "tid": raw.tid, "id": raw.id, **text,
     }
 
 
-def _from_export(raw: RawEvents, where: str) -> Trace:
+def _from_export(raw: RawEvents, where: str, analysis_only: bool = False) -> Trace:
     """An msprof-py export: typed columns and metadata come back from its `msprof_py` block."""
     block = raw.top.pop(EXPORT_KEY)
     if not isinstance(block, dict) or not isinstance(block.get("typed"), dict):
@@ -186,7 +196,7 @@ def _from_export(raw: RawEvents, where: str) -> Trace:
         raise TraceFormatError(f"{where}: malformed '{EXPORT_KEY}' metadata: {exc}") from None
     meta.source_meta = raw.top
     # Event ts in an export are relative to the origin already.
-    cols = raw_columns(raw, 0)
+    cols = raw_columns(raw, 0, analysis_only)
     raw.release()
     for col in TYPED_COLUMNS:
         cols[col] = typed_cols[col]
