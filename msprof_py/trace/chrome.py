@@ -8,6 +8,7 @@ and ids above 2**53 are exact and `args` is kept byte for byte.
 
 from __future__ import annotations
 
+import functools
 import re
 from operator import attrgetter
 from typing import Any
@@ -196,12 +197,19 @@ def _shifted(exc: TraceFormatError, base: int) -> TraceFormatError:
     return TraceFormatError(text, hint=exc.hint)
 
 
+@functools.lru_cache(maxsize=64)
+def _decoder(extra_keys: tuple[str, ...]) -> tuple[type, msgspec.json.Decoder]:
+    """The event struct for these extra keys and a decoder of a batch of them (made once)."""
+    struct = _event_struct(extra_keys)
+    return struct, msgspec.json.Decoder(list[struct], float_hook=str)
+
+
 def _decode_events(data: Any, where: str, lenient: bool,
                    extra: tuple[str, ...]) -> tuple[list[Any], int, tuple[str, ...]]:
     for _ in range(256):
-        struct = _event_struct(extra)
+        struct, decoder = _decoder(extra)
         try:
-            return msgspec.json.Decoder(list[struct], float_hook=str).decode(data), 0, extra
+            return decoder.decode(data), 0, extra
         except msgspec.ValidationError as exc:
             m = _UNKNOWN_FIELD.search(str(exc))
             if m:
