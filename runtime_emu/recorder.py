@@ -84,14 +84,14 @@ class Recorder:
         for name in ("tasks", "apis", "flows", "counters"):
             buf = getattr(self, name)
             if buf:
-                self._spilled.setdefault(name, []).append(np.array(buf, dtype=np.int64))
+                self._spilled.setdefault(name, []).append(_int64s(buf))
                 setattr(self, name, [])
 
     def _buffer(self, name: str, width: int) -> np.ndarray | None:
         parts = self._spilled.pop(name, [])
         flat = getattr(self, name)
         if flat:
-            parts.append(np.array(flat, dtype=np.int64))
+            parts.append(_int64s(flat))
         if not parts:
             return None
         return (np.concatenate(parts) if len(parts) > 1 else parts[0]).reshape(-1, width)
@@ -144,6 +144,11 @@ class Recorder:
         cols = {name: table.column(name) for name in COLUMN_NAMES}
         del table, parts
         return build_table(cols, meta)
+
+
+def _int64s(flat: list[int]) -> np.ndarray:
+    """A list of ints as an int64 array (fromiter with a count: half the time of np.array)."""
+    return np.fromiter(flat, dtype=np.int64, count=len(flat))
 
 
 def _meta(rank: int, pid: int, tid: int, name: str, args: str) -> tuple:

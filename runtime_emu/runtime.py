@@ -56,6 +56,10 @@ from runtime_emu.recorder import (
 )
 from runtime_emu.topology import Topology
 
+#: The ground-truth fields recorded per finished device task.
+_GT_FIELDS = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "arrive_ns", "ready_ns", "start_ns",
+              "end_ns", "cause", "producer", "queue_blocked_ns")
+
 # aclrtMemcpyKind
 MEMCPY_HOST_TO_HOST, MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
 _COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
@@ -122,8 +126,8 @@ class Runtime:
         self._pinned_next = PINNED_BASE
         self._pinned: dict[int, int] = {}
         self._step_next: dict[tuple[int, int], int] = {}
-        self.task_log: list[tuple] = []  # (name, stream, start_ns, end_ns): SimPy-style test log
-        self.gt_tasks: list[tuple] = []
+        #: Ground truth of every finished task, flat: _GT_FIELDS values per task, in finish order.
+        self._gt: list[Any] = []
         self.gt_host_blocks: list[tuple] = []
         self.problems: list[dict[str, Any]] = []
         self.finished = False
@@ -316,10 +320,9 @@ class Runtime:
         stream.last_cause = "event" if waited else task.cause
         stream.last_producer = task.producer
         dev = stream.device
-        self.task_log.append((task.name, stream.id, task.start_ns, now))
-        self.gt_tasks.append((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
-                              task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
-                              task.queue_blocked_ns))
+        self._gt.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
+                         task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
+                         task.queue_blocked_ns))
         if len(self.recorder.counters) > SPILL_INTS:
             self.recorder.spill()
         if self.sw.task_time:
@@ -790,10 +793,22 @@ class Runtime:
         trace = self.recorder.to_trace(meta)
         return EmuResult(trace=trace, ground_truth=self.ground_truth())
 
+    def _gt_column(self, field_name: str) -> list[Any]:
+        return self._gt[_GT_FIELDS.index(field_name)::len(_GT_FIELDS)]
+
+    @property
+    def gt_tasks(self) -> list[tuple]:
+        """Ground truth per finished task, as tuples in _GT_FIELDS order (finish order)."""
+        w = len(_GT_FIELDS)
+        return list(zip(*(self._gt[i::w] for i in range(w))))
+
+    @property
+    def task_log(self) -> list[tuple]:
+        """(name, stream, start_ns, end_ns) per finished task, in finish order: a SimPy-style test log."""
+        return list(zip(*(self._gt_column(c) for c in ("name", "stream", "start_ns", "end_ns"))))
+
     def ground_truth(self) -> dict[str, Any]:
-        cols = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "arrive_ns", "ready_ns",
-                "start_ns", "end_ns", "cause", "producer", "queue_blocked_ns")
-        tasks = {c: list(v) for c, v in zip(cols, zip(*self.gt_tasks))} if self.gt_tasks else {c: [] for c in cols}
+        tasks = {c: self._gt_column(c) for c in _GT_FIELDS}
         hcols = ("rank", "thread", "start_ns", "end_ns", "reason", "stream", "corr")
         blocks = ({c: list(v) for c, v in zip(hcols, zip(*self.gt_host_blocks))} if self.gt_host_blocks
                   else {c: [] for c in hcols})
