@@ -122,7 +122,8 @@ class CorePool:
     to completion) unless `preemption` is on, in which case priority decides at every block.
     """
 
-    __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption")
+    __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption", "_done_cb",
+                 "_after")
 
     def __init__(self, device: "Device", kind: str, total: int) -> None:
         self.device = device
@@ -133,6 +134,8 @@ class CorePool:
         self.seq = 0
         self.batch_mode = False
         self.preemption = False
+        self._done_cb = self._blocks_done  # bound once: one is made per call otherwise
+        self._after = device.rt.engine.after
 
     def submit(self, task: Task) -> None:
         self.seq += 1
@@ -142,23 +145,30 @@ class CorePool:
         self.dispatch()
 
     def dispatch(self) -> None:
-        rt = self.device.rt
         waiting = self.waiting
-        while self.free and waiting:
-            started, prio, seq, task = waiting[0]
-            grant = min(self.free, task.remaining)
-            if self.batch_mode and grant < min(task.remaining, self.total):
-                return  # a batch-mode kernel starts a wave only with all its cores at once
-            heappop(waiting)
-            self.free -= grant
-            task.remaining -= grant
+        free = self.free
+        while free and waiting:
+            head = waiting[0]
+            task = head[3]
+            remaining = task.remaining
+            grant = free if free < remaining else remaining
+            if self.batch_mode and grant < min(remaining, self.total):
+                break  # a batch-mode kernel starts a wave only with all its cores at once
+            free -= grant
+            remaining -= grant
+            task.remaining = remaining
             task.cores += grant  # blocks in flight
             if task.start_ns < 0:
-                rt._task_started(task)
+                self.device.rt._task_started(task)
             task.waves += 1
-            rt.engine.after(task.kernel.block_ns, self._blocks_done, (task, grant))
-            if task.remaining:
-                heappush(waiting, (1 if self.preemption else 0, prio, seq, task))
+            self._after(task.kernel.block_ns, self._done_cb, (task, grant))
+            if remaining:
+                # Still first in line (its key only drops to "started"): update the root in place.
+                if head[0] and not self.preemption:
+                    waiting[0] = (0, head[1], head[2], task)
+            else:
+                heappop(waiting)
+        self.free = free
 
     def _blocks_done(self, done: tuple[Task, int]) -> None:
         task, count = done
@@ -168,14 +178,14 @@ class CorePool:
             # Run to completion: the started kernel at the head of the line takes the cores it
             # just freed straight back (the common case; no heap traffic).
             grant = count if count < remaining else remaining
-            task.remaining = remaining - grant
+            remaining -= grant
+            task.remaining = remaining
             task.cores += grant
             task.waves += 1
-            if not task.remaining:
+            if not remaining:
                 heappop(self.waiting)
             self.free += count - grant
-            rt = self.device.rt
-            rt.engine.after(task.kernel.block_ns, self._blocks_done, (task, grant))
+            self._after(task.kernel.block_ns, self._done_cb, (task, grant))
             if self.free:
                 self.dispatch()
             return

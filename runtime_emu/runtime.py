@@ -210,21 +210,34 @@ class Runtime:
                              f"queue of stream {stream.id} is full and nothing retires")
             task.queue_blocked_ns = th.clock - blocked_from
             self.gt_host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
-        th.clock += self.preset.launch_overhead_ns
+        preset = self.preset
+        clock = th.clock = th.clock + preset.launch_overhead_ns
         task.launch_ns = t0
-        task.step = th.step
-        stream.pending += 1
+        step = task.step = th.step
+        pending = stream.pending = stream.pending + 1
         dev = stream.device
         sw = self.sw
+        rec = self.recorder
+        corr = task.corr
         if sw.runtime_api:
-            self._api(th, api, t0, kind, stream=stream, corr=task.corr, nbytes=task.bytes or None, blocks=blocks)
+            # The API slice (as _api records it), inlined: this runs once per launched task.
+            strings = rec.strings
+            name_code = strings.get(api)
+            if name_code is None:
+                name_code = rec.code(api)
+            kind_code = strings.get(kind)
+            if kind_code is None:
+                kind_code = rec.code(kind)
+            rank, tid = th.rank, th.tid
+            step_v = NULL if step is None else step
+            rec.apis.extend((rank, HOST_PID_BASE + rank, tid, name_code, t0, clock - t0, kind_code,
+                             NULL if th.device is None else th.device.id, stream.id, corr,
+                             task.bytes or NULL, step_v, NULL if blocks is None else blocks))
             if sw.task_time:
-                self.recorder.flows.extend((th.rank, 0, t0, HOST_PID_BASE + th.rank, th.tid, task.corr, dev.id,
-                                            stream.id, NULL if th.step is None else th.step))
+                rec.flows.extend((rank, 0, t0, HOST_PID_BASE + rank, tid, corr, dev.id, stream.id, step_v))
         if sw.task_time and self.queue_depth_counters:
-            self.recorder.counters.extend((dev.rank, dev.pid, stream.qname, th.clock, stream.pending, U_DEPTH, dev.id,
-                                           stream.id, NULL))
-        arrive = th.clock + self.preset.dispatch_latency_ns
+            rec.counters.extend((dev.rank, dev.pid, stream.qname, clock, pending, U_DEPTH, dev.id, stream.id, NULL))
+        arrive = clock + preset.dispatch_latency_ns
         task.arrive_ns = arrive
         # A busy stream picks the task up when it gets to it; only an idle one needs waking.
         stream.queue.append(task)
@@ -336,12 +349,24 @@ class Runtime:
         stream = task.stream
         dev = stream.device
         kind = task.kind
-        code = self.recorder.code
-        if kind is KERNEL:
+        rec = self.recorder
+        code = rec.code
+        if kind is KERNEL:  # the common row, without the generic path's tuple shuffling
             k = task.kernel
-            row = (K_KERNEL, code(k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")), task.blocks,
-                   task.waves, NULL, NULL, NULL)
-        elif kind is MEMCPY:
+            strings = rec.strings
+            type_name = k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")
+            type_code = strings.get(type_name)
+            if type_code is None:
+                type_code = code(type_name)
+            name_code = strings.get(task.name)
+            if name_code is None:
+                name_code = code(task.name)
+            start = task.start_ns
+            rec.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, start, end - start, name_code, K_KERNEL, type_code,
+                              task.corr, task.blocks, task.waves, NULL, NULL, NULL,
+                              NULL if task.step is None else task.step))
+            return
+        if kind is MEMCPY:
             row = (K_MEMCPY, code("MEMCPY_ASYNC"), NULL, NULL, task.bytes, code(task.copy_kind), NULL)
         elif kind is MEMSET:
             row = (K_MEMSET, code("MEMSET"), NULL, NULL, task.bytes, NULL, NULL)
