@@ -160,9 +160,12 @@ def _q(text: str) -> str:
 
 
 # ---------------------------------------------------------------------- column builders
-_PLAIN = {"rank": pa.int32(), "ph": pa.string(), "name": pa.string(), "cat": pa.string(), "ts": pa.int64(),
+_DICT = pa.dictionary(pa.int32(), pa.string())
+# The string columns the table stores dictionary-encoded are made so here, from the recorder's
+# string codes: no per-row strings to build and hash again.
+_PLAIN = {"rank": pa.int32(), "ph": _DICT, "name": _DICT, "cat": _DICT, "ts": pa.int64(),
           "dur": pa.int64(), "pid": pa.int64(), "tid": pa.int64(), "id": pa.string(), "args": pa.string(),
-          "extra": pa.string(), "kind": pa.string(), "device": pa.int32(), "stream": pa.int32(),
+          "extra": pa.string(), "kind": _DICT, "device": pa.int32(), "stream": pa.int32(),
           "corr": pa.int64(), "bytes": pa.int64(), "addr": pa.int64(), "value": pa.float64(), "step": pa.int32()}
 _SCHEMA = pa.schema([(c, _PLAIN[c]) for c in COLUMN_NAMES])
 
@@ -174,6 +177,8 @@ def _table(n: int, cols: dict) -> pa.Table:
         v = cols.get(name)
         if v is None:
             arrays.append(pa.nulls(n, typ))
+        elif isinstance(v, str) and typ == _DICT:
+            arrays.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([v], pa.string())))
         elif isinstance(v, (str, int, float)):
             arrays.append(pa.array(np.full(n, v) if not isinstance(v, str) else [v] * n, type=typ))
         elif isinstance(v, (pa.Array, pa.ChunkedArray)):
@@ -202,6 +207,12 @@ def _ints(col: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
 
 
 def _decode(col: np.ndarray, strings: pa.Array) -> pa.Array:
+    """String codes as a dictionary column over all the recorder's strings."""
+    return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int32)), strings)
+
+
+def _text_of(col: np.ndarray, strings: pa.Array) -> pa.Array:
+    """String codes as plain text (for building args)."""
     return strings.take(pa.array(col))
 
 
@@ -211,18 +222,19 @@ def _tasks_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     n = len(g)
     kind_np = g[:, 7].astype(np.int8)
     stream_a, corr_a = _ints(g[:, 3], pa.int32()), _ints(g[:, 9])
-    head = _join('{"Task Type":"', _decode(g[:, 8], strings), '","Stream Id":', _text(stream_a),
+    head = _join('{"Task Type":"', _text_of(g[:, 8], strings), '","Stream Id":', _text(stream_a),
                  ',"Task Id":', _text(corr_a))
     bytes_a = _ints(g[:, 12])
     tail_kernel = _join(',"Block Dim":', _text(pa.array(g[:, 10])), ',"Waves":', _text(pa.array(g[:, 11])), "}")
     copy_code = np.maximum(g[:, 13], 0)
-    tail_copy = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), ',"Copy Kind":"', _decode(copy_code, strings), '"}')
+    tail_copy = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), ',"Copy Kind":"', _text_of(copy_code, strings),
+                      '"}')
     tail_set = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), "}")
     tail_event = _join(',"Event Id":', _text(pa.array(g[:, 14])), "}")
     tail = pc.if_else(pa.array(kind_np == K_KERNEL), tail_kernel,
                       pc.if_else(pa.array(kind_np == K_MEMCPY), tail_copy,
                                  pc.if_else(pa.array(kind_np == K_MEMSET), tail_set, tail_event)))
-    kinds = pa.array(_TASK_KINDS, pa.string()).take(pa.array(kind_np))
+    kinds = pa.DictionaryArray.from_arrays(pa.array(kind_np.astype(np.int32)), pa.array(_TASK_KINDS, pa.string()))
     return _table(n, {"rank": g[:, 0], "ph": "X", "name": _decode(g[:, 6], strings), "ts": g[:, 4], "dur": g[:, 5],
                       "pid": g[:, 2], "tid": stream_a, "args": _join(head, tail), "kind": kinds,
                       "device": _ints(g[:, 1], pa.int32()), "stream": stream_a, "corr": corr_a, "bytes": bytes_a,
@@ -249,7 +261,8 @@ def _flows_table(g: np.ndarray | None) -> pa.Table | None:
     n = len(g)
     finish = g[:, 1] == 1
     corr_a = _ints(g[:, 5])
-    return _table(n, {"rank": g[:, 0], "ph": pa.array(np.where(finish, "f", "s"), pa.string()),
+    return _table(n, {"rank": g[:, 0], "ph": pa.DictionaryArray.from_arrays(pa.array(finish.astype(np.int32)),
+                                                                          pa.array(["s", "f"])),
                       "name": "HostToDevice", "cat": "HostToDevice", "ts": g[:, 2], "pid": g[:, 3], "tid": g[:, 4],
                       "id": _text(corr_a), "extra": pc.if_else(pa.array(finish), '{"bp":"e"}', pa.scalar(None, pa.string())),
                       "kind": "flow", "device": _ints(g[:, 6], pa.int32()), "stream": _ints(g[:, 7], pa.int32()),
