@@ -48,8 +48,7 @@ class Frames:
             return t
         codes, names = _dictionary_codes(t.column("kind"))
         ph_codes, ph_names = _dictionary_codes(t.column("ph"))
-        is_x = ph_codes == ph_names.index("X") if "X" in ph_names else np.zeros(t.num_rows, dtype=bool)
-        step_mask = _code_mask(codes, names, ("step",)) & is_x
+        step_mask = _code_mask(codes, names, ("step",)) & _code_mask(ph_codes, ph_names, ("X",))
         if step_mask.sum() < 2:
             return t
         keep = np.ones(t.num_rows, dtype=bool)
@@ -67,13 +66,6 @@ class Frames:
             kept = kept[~np.isnan(kept)] if kept.dtype.kind == "f" else kept
             keep[mine & device] = np.isin(corr[mine & device], kept)
         return t.filter(pa.array(keep))
-
-    @staticmethod
-    def kinds_of(t: pa.Table) -> np.ndarray:
-        """The kind of every row as a numpy array of names, via the dictionary (no string casts)."""
-        col = t.column("kind").combine_chunks()
-        names = np.array(col.dictionary.to_pylist(), dtype=object)
-        return names[np.asarray(col.indices)] if len(col) else np.array([], dtype=object)
 
     @cached_property
     def _kind_codes(self) -> tuple[np.ndarray, list[str]]:
@@ -180,9 +172,7 @@ def _dictionary_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
-    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False) if col.null_count else \
-        col.indices.to_numpy(zero_copy_only=False)
-    return np.asarray(codes), col.dictionary.to_pylist()
+    return np.asarray(col.indices.fill_null(-1).to_numpy(zero_copy_only=False)), col.dictionary.to_pylist()
 
 
 def _code_mask(codes: np.ndarray, names: list[str], wanted: tuple[str, ...]) -> np.ndarray:

@@ -29,6 +29,11 @@ def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, np.flatnonzero(first)
 
 
+def _sizes(starts: np.ndarray, n: int) -> np.ndarray:
+    """Rows per group, from the groups' first-row indices (see _groups) and the row count."""
+    return np.diff(np.append(starts, n)).astype(np.int64)
+
+
 def _key_ids(*keys: np.ndarray) -> np.ndarray:
     """A dense id per distinct combination of `keys` (row-aligned arrays)."""
     order = np.lexsort(keys[::-1])
@@ -64,7 +69,7 @@ def stream_time(frames: Frames) -> pd.DataFrame:
     first_ns = np.minimum.reduceat(ts, starts)
     last_ns = np.maximum.reduceat(end, starts)
     return pd.DataFrame({"rank": rank[starts], "device": device[starts], "stream": stream[starts],
-                         "ops": np.diff(np.append(starts, len(ts))).astype(np.int64),
+                         "ops": _sizes(starts, len(ts)),
                          "busy_ns": last_ns - first_ns - idle_ns, "idle_ns": idle_ns, "first_ns": first_ns,
                          "last_ns": last_ns})
 
@@ -127,7 +132,7 @@ def queue_summary(series: pd.DataFrame) -> pd.DataFrame:
     if (np.diff(order) != 1).any():
         keys, q = [k[order] for k in keys], q[order]
     _, starts = _groups(*keys)
-    count = np.diff(np.append(starts, len(q))).astype(np.int64)
+    count = _sizes(starts, len(q))
     return pd.DataFrame({"rank": keys[0][starts], "device": keys[1][starts], "stream": keys[2][starts],
                          "count": count, "mean": np.add.reduceat(q, starts) / count,
                          "max": np.maximum.reduceat(q, starts)})
@@ -200,7 +205,7 @@ def bandwidth_summary(copies: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rank, code, gbps = rank[pos], code[pos], gbps[pos]
     _, starts = _groups(rank, code)
-    count = np.diff(np.append(starts, len(gbps))).astype(np.int64)
+    count = _sizes(starts, len(gbps))
     return pd.DataFrame({"rank": rank[starts], "kind": kinds[code[starts]].astype(object), "count": count,
                          "gbps_mean": np.add.reduceat(gbps, starts) / count,
                          "gbps_max": np.maximum.reduceat(gbps, starts)})

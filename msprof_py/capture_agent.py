@@ -177,7 +177,7 @@ def recorded(runtime: Any) -> Any:
     """The trace a runtime has recorded so far, built from a copy of its recorder's buffers: the
     program keeps running (and recording) while the copy becomes a table."""
     from msprof_py.trace.schema import TraceMeta
-    from runtime_emu.recorder import Recorder
+    from runtime_emu.recorder import Recorder, StringCodes
 
     rt, rec = runtime, runtime.recorder
     while True:
@@ -193,7 +193,7 @@ def recorded(runtime: Any) -> Any:
     if spilled:
         copy._spilled = spilled
     # After the buffers: every code in the copied rows exists in this later copy of strings.
-    copy.strings = dict(rec.strings)
+    copy.strings = StringCodes(rec.strings)
     extra = {"seed": rt.seed, "end_ns": max([rt.engine.now] + [t.clock for t in list(rt.coord.order)]),
              "preset": {k: getattr(rt.preset, k) for k in rt.preset.__dataclass_fields__ if k != "extra"}}
     if rt.topology is not None:

@@ -37,6 +37,15 @@ def device_pid(rank: int, device: int) -> int:
     return DEVICE_PID_BASE + rank * 1000 + device
 
 
+class StringCodes(dict):
+    """text -> code; a text seen for the first time gets the next code. Hot paths subscript it
+    directly (`strings[name]`), which costs less than a call to Recorder.code."""
+
+    def __missing__(self, text: str) -> int:
+        code = self[text] = len(self)
+        return code
+
+
 @dataclass
 class Switches:
     """What is recorded, in msprof's terms (`--task-time`, `--runtime-api`, ...)."""
@@ -72,7 +81,7 @@ class Recorder:
     counters: list[int] = field(default_factory=list)
     #: Full rows in COLUMN_NAMES order (metadata, memory instants, steps, float counters...).
     rows: list[tuple] = field(default_factory=list)
-    strings: dict[str, int] = field(default_factory=dict)
+    strings: "StringCodes" = field(default_factory=lambda: StringCodes())
     _named: set = field(default_factory=set)
     #: Full buffers moved out of Python lists into int64 arrays (see spill()).
     _spilled: dict = field(default_factory=dict)
@@ -97,11 +106,8 @@ class Recorder:
         return (np.concatenate(parts) if len(parts) > 1 else parts[0]).reshape(-1, width)
 
     def code(self, text: str) -> int:
-        """A small integer standing for `text` in the numeric buffers."""
-        c = self.strings.get(text)
-        if c is None:
-            c = self.strings[text] = len(self.strings)
-        return c
+        """A small integer standing for `text` in the numeric buffers (`strings[text]` is the same)."""
+        return self.strings[text]
 
     def __len__(self) -> int:
         spilled = {k: sum(len(a) for a in v) for k, v in self._spilled.items()}

@@ -180,15 +180,15 @@ class Runtime:
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, "no device set for this thread; call acl.rt.set_device(id) first")
         return th.device
 
-    def _api(self, th: HostThread, name: str, t0: int, kind: str = "api", *, stream: Stream | None = None,
+    def _api(self, th: HostThread, name: str, t0: int, kind: str = "api", stream: Stream | None = None,
              corr: int | None = None, nbytes: int | None = None, blocks: int | None = None) -> None:
         """Record a host API slice [t0, th.clock] on the thread's track."""
         if not self.sw.runtime_api:
             return
         dev = th.device
-        code = self.recorder.code
+        strings = self.recorder.strings
         self.recorder.apis.extend((
-            th.rank, HOST_PID_BASE + th.rank, th.tid, code(name), t0, th.clock - t0, code(kind),
+            th.rank, HOST_PID_BASE + th.rank, th.tid, strings[name], t0, th.clock - t0, strings[kind],
             NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
             NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks))
 
@@ -220,21 +220,11 @@ class Runtime:
         rec = self.recorder
         corr = task.corr
         if sw.runtime_api:
-            # The API slice (as _api records it), inlined: this runs once per launched task.
-            strings = rec.strings
-            name_code = strings.get(api)
-            if name_code is None:
-                name_code = rec.code(api)
-            kind_code = strings.get(kind)
-            if kind_code is None:
-                kind_code = rec.code(kind)
-            rank, tid = th.rank, th.tid
-            step_v = NULL if step is None else step
-            rec.apis.extend((rank, HOST_PID_BASE + rank, tid, name_code, t0, clock - t0, kind_code,
-                             NULL if th.device is None else th.device.id, stream.id, corr,
-                             task.bytes or NULL, step_v, NULL if blocks is None else blocks))
+            self._api(th, api, t0, kind, stream, corr, task.bytes or None, blocks)
             if sw.task_time:
-                rec.flows.extend((rank, 0, t0, HOST_PID_BASE + rank, tid, corr, dev.id, stream.id, step_v))
+                rank = th.rank
+                rec.flows.extend((rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
+                                  NULL if step is None else step))
         if sw.task_time and self.queue_depth_counters:
             rec.counters.extend((dev.rank, dev.pid, stream.qname, clock, pending, U_DEPTH, dev.id, stream.id, NULL))
         arrive = clock + preset.dispatch_latency_ns
@@ -354,16 +344,10 @@ class Runtime:
         if kind is KERNEL:  # the common row, without the generic path's tuple shuffling
             k = task.kernel
             strings = rec.strings
-            type_name = k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")
-            type_code = strings.get(type_name)
-            if type_code is None:
-                type_code = code(type_name)
-            name_code = strings.get(task.name)
-            if name_code is None:
-                name_code = code(task.name)
+            type_code = strings[k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")]
             start = task.start_ns
-            rec.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, start, end - start, name_code, K_KERNEL, type_code,
-                              task.corr, task.blocks, task.waves, NULL, NULL, NULL,
+            rec.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
+                              type_code, task.corr, task.blocks, task.waves, NULL, NULL, NULL,
                               NULL if task.step is None else task.step))
             return
         if kind is MEMCPY:
