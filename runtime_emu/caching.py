@@ -179,8 +179,8 @@ class CachingAllocator:
         """Segments by address with their blocks in address order."""
         segments = []
         for addr in sorted(self._segments):
-            block: _Block | None = self._blocks[addr]
-            head = block
+            head = self._blocks[addr]
+            block: _Block | None = head
             blocks = []
             while block is not None:
                 blocks.append(BlockInfo(block.addr, block.size, block.allocated, block.stream))
@@ -224,6 +224,7 @@ class CachingAllocator:
 
     def _absorb_next(self, block: _Block) -> None:
         nxt = block.next
+        assert nxt is not None, "absorbing past the end of a segment"
         del self._blocks[nxt.addr]
         block.size += nxt.size
         block.next = nxt.next

@@ -94,7 +94,7 @@ class Event:
 
 class Stream:
     __slots__ = ("id", "device", "priority", "queue", "busy", "pending", "capacity", "destroyed", "last_end_ns",
-                 "last_kind", "last_cause", "last_producer", "qname")
+                 "last_kind", "last_cause", "last_producer", "qcode")
 
     def __init__(self, stream_id: int, device: "Device", priority: int, capacity: int) -> None:
         self.id = stream_id
@@ -109,7 +109,7 @@ class Stream:
         self.last_kind = ""
         self.last_cause = ""
         self.last_producer = ""
-        self.qname = f"Queue depth stream {stream_id}"
+        self.qcode = -1  # recorder string code of the stream's queue-depth counter, set by the runtime
 
 
 class CorePool:
@@ -161,7 +161,9 @@ class CorePool:
             if task.start_ns < 0:
                 self.device.rt._task_started(task)
             task.waves += 1
-            self._after(task.kernel.block_ns, self._done_cb, (task, grant))
+            kernel = task.kernel
+            assert kernel is not None, "only kernels go to the core pools"
+            self._after(kernel.block_ns, self._done_cb, (task, grant))
             if remaining:
                 # Still first in line (its key only drops to "started"): update the root in place.
                 if head[0] and not self.preemption:
@@ -185,7 +187,9 @@ class CorePool:
             if not remaining:
                 heappop(self.waiting)
             self.free += count - grant
-            self._after(task.kernel.block_ns, self._done_cb, (task, grant))
+            kernel = task.kernel
+            assert kernel is not None, "only kernels go to the core pools"
+            self._after(kernel.block_ns, self._done_cb, (task, grant))
             if self.free:
                 self.dispatch()
             return
@@ -198,6 +202,8 @@ class CorePool:
 class Device:
     __slots__ = ("rt", "id", "rank", "preset", "pools", "streams", "events", "memory", "caching", "pcie_h2d",
                  "pcie_d2h", "hbm", "pid", "next_stream", "default_stream")
+    #: Stream 0, made by the runtime right after the device (it records the stream's name).
+    default_stream: Stream
 
     def __init__(self, rt: "Runtime", device_id: int, rank: int, preset: Preset) -> None:
         self.rt = rt
@@ -216,4 +222,3 @@ class Device:
         self.hbm = Link(f"{where}.hbm", preset.hbm_gbps, preset.copy_latency_ns)
         self.pid = 0
         self.next_stream = 0
-        self.default_stream: Stream | None = None

@@ -127,7 +127,7 @@ class Coordinator:
         while True:
             first = None
             for t in self.order:
-                if t.state == BLOCKED and t.pred():
+                if t.state == BLOCKED and t.pred is not None and t.pred():
                     t.state, t.pred = READY, None
                     if engine.now > t.clock:
                         t.clock = engine.now
@@ -188,6 +188,7 @@ class Thread:
     def _run(self) -> Any:
         coord = self._rt.coord
         host = self._host
+        assert host is not None, "a thread runs only after start()"
         try:
             self._result = self._target(*self._args, **self._kwargs)
         except BaseException as exc:  # reported by join()

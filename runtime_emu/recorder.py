@@ -146,7 +146,7 @@ class Recorder:
                              _flows_table(self._buffer("flows", FLOW_W)),
                              _counters_table(self._buffer("counters", COUNTER_W), strings)) if t is not None]
         self.tasks, self.apis, self.flows, self.counters, self.rows = [], [], [], [], []
-        table = pa.concat_tables(parts) if parts else _rows_table([(None,) * len(COLUMN_NAMES)]).slice(0, 0)
+        table = pa.concat_tables(parts) if parts else _table(0, {})
         cols = {name: table.column(name) for name in COLUMN_NAMES}
         del table, parts
         return build_table(cols, meta)

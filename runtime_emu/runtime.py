@@ -159,7 +159,7 @@ class Runtime:
         s = Stream(dev.next_stream, dev, priority, dev.preset.queue_tasks)
         dev.next_stream += 1
         dev.streams[s.id] = s
-        s.qname = self.recorder.code(s.qname)
+        s.qcode = self.recorder.code(f"Queue depth stream {s.id}")
         self.recorder.name_thread(dev.rank, dev.pid, s.id, f"Stream {s.id}")
         return s
 
@@ -226,7 +226,7 @@ class Runtime:
                 rec.flows.extend((rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
                                   NULL if step is None else step))
         if sw.task_time and self.queue_depth_counters:
-            rec.counters.extend((dev.rank, dev.pid, stream.qname, clock, pending, U_DEPTH, dev.id, stream.id, NULL))
+            rec.counters.extend((dev.rank, dev.pid, stream.qcode, clock, pending, U_DEPTH, dev.id, stream.id, NULL))
         arrive = clock + preset.dispatch_latency_ns
         task.arrive_ns = arrive
         # A busy stream picks the task up when it gets to it; only an idle one needs waking.
@@ -264,7 +264,9 @@ class Runtime:
             task.cause = "stream"
         kind = task.kind
         if kind == KERNEL:
-            stream.device.pools[task.kernel.core].submit(task)
+            kernel = task.kernel
+            assert kernel is not None, "a kernel task has its kernel"
+            stream.device.pools[kernel.core].submit(task)
         elif kind == MEMCPY or kind == MEMSET:
             self._task_started(task)
             # A device-to-device copy reads and writes HBM: twice its size crosses the link.
@@ -273,6 +275,7 @@ class Runtime:
         elif kind == RECORD:
             self._task_started(task)
             ev = task.event
+            assert ev is not None, "a record task has its event"
             ev.done_seq = max(ev.done_seq, task.event_seq)
             ev.done_ns = now
             ev.producer = stream.last_kind or "none"
@@ -282,6 +285,7 @@ class Runtime:
                 self._event_ready(w)
         elif kind == WAIT:
             ev = task.event
+            assert ev is not None, "a wait task has its event"
             self._task_started(task)
             if ev.done_seq >= task.event_seq:
                 task.extra = "satisfied"
@@ -290,13 +294,17 @@ class Runtime:
                 ev.waiters.append(task)
         elif kind == COLLECTIVE:
             self._task_started(task)
-            task.on_start(task)
+            on_start = task.on_start
+            assert on_start is not None, "a collective task has its start hook"
+            on_start(task)
         else:  # pragma: no cover - every kind is handled above
             raise AclError(E.ACL_ERROR_RT_INTERNAL_ERROR, f"unknown task kind {kind}")
 
     def _event_ready(self, task: Task) -> None:
         task.extra = "waited"
-        task.producer = task.event.producer
+        ev = task.event
+        assert ev is not None, "a wait task has its event"
+        task.producer = ev.producer
         self._task_finished(task)
 
     def _task_started(self, task: Task) -> None:
@@ -331,7 +339,7 @@ class Runtime:
         if self.sw.task_time:
             self._record_task(task, now)
             if self.queue_depth_counters:
-                self.recorder.counters.extend((dev.rank, dev.pid, stream.qname, now, stream.pending, U_DEPTH, dev.id,
+                self.recorder.counters.extend((dev.rank, dev.pid, stream.qcode, now, stream.pending, U_DEPTH, dev.id,
                                                stream.id, NULL))
         self._advance(stream)
 
@@ -343,6 +351,7 @@ class Runtime:
         code = rec.code
         if kind is KERNEL:  # the common row, without the generic path's tuple shuffling
             k = task.kernel
+            assert k is not None, "a kernel task has its kernel"
             strings = rec.strings
             type_code = strings[k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")]
             start = task.start_ns
@@ -354,12 +363,13 @@ class Runtime:
             row = (K_MEMCPY, code("MEMCPY_ASYNC"), NULL, NULL, task.bytes, code(task.copy_kind), NULL)
         elif kind is MEMSET:
             row = (K_MEMSET, code("MEMSET"), NULL, NULL, task.bytes, NULL, NULL)
-        elif kind is WAIT:
-            if task.extra != "waited":
+        elif kind is WAIT or kind is RECORD:
+            if kind is WAIT and task.extra != "waited":
                 return  # an already-satisfied wait takes no device time
-            row = (K_WAIT, code("EVENT_WAIT"), NULL, NULL, NULL, NULL, task.event.id)
-        elif kind is RECORD:
-            row = (K_RECORD, code("EVENT_RECORD"), NULL, NULL, NULL, NULL, task.event.id)
+            ev = task.event
+            assert ev is not None, "an event task has its event"
+            row = (K_WAIT if kind is WAIT else K_RECORD, code("EVENT_WAIT" if kind is WAIT else "EVENT_RECORD"),
+                   NULL, NULL, NULL, NULL, ev.id)
         else:  # a collective records its own rows (waiting and transfer parts)
             task.extra.record(self, task, end)
             return
