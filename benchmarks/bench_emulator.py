@@ -510,7 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
 
+    import runtime_emu
+
     console = Console()
+    core = "compiled (mypyc)" if runtime_emu.COMPILED else "pure Python"
+    console.print(f"runtime_emu core: {core} (MSPROF_PY_PURE=1 runs the pure-Python modules)", markup=False,
+                  highlight=False)
     with tempfile.TemporaryDirectory(prefix="bench_emulator_") as tmp:
         work = Path(tmp)
         with console.status("warm-up ..."):
@@ -525,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [("emu/SimPy>=5x", r["pass_speedup"]), ("events/s>=1M", r["pass_events"])]
     passed = sum(ok for _, ok in results)
     misses = [label for label, ok in results if not ok]
-    summary = (f"SUMMARY: {passed}/{len(results)} targets met" + (f"; MISS: {', '.join(misses)}" if misses else "")
+    summary = (f"SUMMARY ({core} core): {passed}/{len(results)} targets met" + (f"; MISS: {', '.join(misses)}" if misses else "")
                + ("; models agree" if same
                   else "; MODELS DIFFER (see the FAIL rows): the timing compares different models"))
 
@@ -537,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernels": [{"name": k, "block_ns": ns, "core": c} for k, ns, c in KERNELS],
             "blocks": list(BLOCKS),
             "targets": {"speedup_min": TARGET_SPEEDUP, "events_per_s_min": TARGET_EVENTS_PER_S},
-            "env": environment(simpy="simpy", msprof_py="msprof-py"),
+            "env": {**environment(simpy="simpy", msprof_py="msprof-py"), "runtime_emu_compiled": runtime_emu.COMPILED},
             "equivalence": checks,
             "result": r,
             "models_agree": same,

@@ -9,6 +9,7 @@ on the engine. Every task remembers why it started when it did; that goes to
 from __future__ import annotations
 
 import contextlib
+import operator
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,23 @@ _COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
 PINNED_BASE = 0x7F00_0000_0000
 DEVICE_SPAN = 1 << 40
 HOST_MEMCPY_GBPS = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
+
+# Public API arguments come from user programs. The runtime checks them itself and raises the
+# AclError the real runtime would; compiled code (mypyc checks annotated argument types on entry)
+# would otherwise reject a wrong handle with a bare TypeError first. So the public signatures
+# take these loose aliases, and the calls check and convert.
+Handle = Any  # a Stream / Event / Kernel handle (a stream may be None: the default stream)
+Integer = Any  # an integer: Python or numpy; anything else is ACL_ERROR_RT_PARAM_INVALID
+
+
+def _integer(value: Any, what: str) -> int:
+    """An API argument as an int, or the AclError for a non-integer."""
+    if type(value) is int:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what} must be an integer, got {value!r}") from None
 
 
 @dataclass
@@ -387,19 +405,20 @@ class Runtime:
                                    float(bytes_per_ns), None))
 
     # ================================================================ API: devices and streams
-    def set_device(self, device_id: int) -> None:
+    def set_device(self, device_id: Integer) -> None:
         th = self._enter()
         t0 = th.clock
         dev = self.devices.get((th.rank, device_id))
         if dev is None:
             have = sorted(d for r, d in self.devices if r == th.rank)
-            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"device {device_id} does not exist (rank {th.rank} has {have})")
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"device {device_id!r} does not exist (rank {th.rank} has {have})")
         th.device = dev
         th.clock += self.api_overhead_ns
         self._api(th, "aclrtSetDevice", t0)
 
-    def create_stream(self, priority: int = 0) -> Stream:
+    def create_stream(self, priority: Integer = 0) -> Stream:
         th = self._enter()
+        priority = _integer(priority, "priority")
         if not 0 <= priority <= 7:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"stream priority must be 0..7 (0 highest), got {priority}")
         t0 = th.clock
@@ -408,7 +427,7 @@ class Runtime:
         self._api(th, "aclrtCreateStream", t0, stream=stream)
         return stream
 
-    def destroy_stream(self, stream: Stream) -> None:
+    def destroy_stream(self, stream: Handle) -> None:
         th = self._enter()
         stream = self._check_stream(th, stream)
         t0 = th.clock
@@ -417,13 +436,14 @@ class Runtime:
         self._api(th, "aclrtDestroyStream", t0, stream=stream)
 
     # ================================================================ API: kernels and copies
-    def launch_kernel(self, kernel: Kernel, num_blocks: int, stream: Stream | None = None, *,
+    def launch_kernel(self, kernel: Handle, num_blocks: Integer, stream: Handle = None, *,
                       reads: tuple[int, ...] = (), writes: tuple[int, ...] = ()) -> int:
         """aclrtLaunchKernel. `reads` / `writes` name the device buffers the kernel touches; they
         are recorded as `[access]` instants (a sanitizer's view) so races between streams show."""
         th = self._enter()
         if not isinstance(kernel, Kernel):
             raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid kernel handle {kernel!r}")
+        num_blocks = _integer(num_blocks, "numBlocks")
         if num_blocks <= 0:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"numBlocks must be positive, got {num_blocks}")
         stream = self._check_stream(th, stream)
@@ -443,9 +463,11 @@ class Runtime:
                                            None, '{"Addr":%d,"Task Id":%d}' % (ptr, task.corr), '{"s":"t"}', "marker",
                                            dev.id, task.stream.id, task.corr, None, ptr, None, th.step))
 
-    def memcpy_async(self, dst: Any, dest_max: int, src: Any, count: int, kind: int, stream: Stream | None = None) -> int:
+    def memcpy_async(self, dst: Any, dest_max: Integer, src: Any, count: Integer, kind: Integer,
+                     stream: Handle = None) -> int:
         th = self._enter()
         stream = self._check_stream(th, stream)
+        dest_max, count, kind = _integer(dest_max, "destMax"), _integer(count, "count"), _integer(kind, "kind")
         t0 = th.clock
         task, pageable = self._copy_task(th, dst, dest_max, src, count, kind, stream, t0)
         if task is None:
@@ -460,8 +482,9 @@ class Runtime:
             self.gt_host_blocks.append((th.rank, th.tid, start, th.clock, "pageable_copy", stream.id, task.corr))
         return task.corr
 
-    def memcpy(self, dst: Any, dest_max: int, src: Any, count: int, kind: int) -> None:
+    def memcpy(self, dst: Any, dest_max: Integer, src: Any, count: Integer, kind: Integer) -> None:
         th = self._enter()
+        dest_max, count, kind = _integer(dest_max, "destMax"), _integer(count, "count"), _integer(kind, "kind")
         dev = self._device(th)
         stream = dev.default_stream
         t0 = th.clock
@@ -506,9 +529,11 @@ class Runtime:
             task.path = (dev.hbm,)
         return task, pageable
 
-    def memset_async(self, dev_ptr: int, max_count: int, value: int, count: int, stream: Stream | None = None) -> int:
+    def memset_async(self, dev_ptr: Any, max_count: Integer, value: Integer, count: Integer,
+                     stream: Handle = None) -> int:
         th = self._enter()
         stream = self._check_stream(th, stream)
+        max_count, count = _integer(max_count, "maxCount"), _integer(count, "count")
         if count > max_count:
             raise AclError(E.ACL_ERROR_INVALID_PARAM, f"memset of {count} bytes into {max_count} bytes")
         if not self._is_device_ptr(stream.device, dev_ptr):
@@ -536,7 +561,7 @@ class Runtime:
         self._api(th, "aclrtCreateEvent", t0)
         return ev
 
-    def destroy_event(self, event: Event) -> None:
+    def destroy_event(self, event: Handle) -> None:
         th = self._enter()
         self._check_event(event)
         t0 = th.clock
@@ -551,7 +576,7 @@ class Runtime:
             raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"event {event.id} was destroyed")
         return event
 
-    def record_event(self, event: Event, stream: Stream | None = None) -> None:
+    def record_event(self, event: Handle, stream: Handle = None) -> None:
         th = self._enter()
         event = self._check_event(event)
         stream = self._check_stream(th, stream)
@@ -561,7 +586,7 @@ class Runtime:
         task.event, task.event_seq = event, event.record_seq
         self._launch(th, task, "aclrtRecordEvent", t0)
 
-    def stream_wait_event(self, stream: Stream | None, event: Event) -> None:
+    def stream_wait_event(self, stream: Handle, event: Handle) -> None:
         th = self._enter()
         event = self._check_event(event)
         stream = self._check_stream(th, stream)
@@ -571,7 +596,7 @@ class Runtime:
         task.event, task.event_seq = event, event.record_seq
         self._launch(th, task, "aclrtStreamWaitEvent", t0)
 
-    def synchronize_event(self, event: Event) -> None:
+    def synchronize_event(self, event: Handle) -> None:
         th = self._enter()
         event = self._check_event(event)
         t0 = th.clock
@@ -579,7 +604,7 @@ class Runtime:
         self.coord.block(th, lambda: event.done_seq >= target, f"event {event.id} is never reached")
         self._sync_done(th, t0, "aclrtSynchronizeEvent", None)
 
-    def synchronize_stream(self, stream: Stream | None = None) -> None:
+    def synchronize_stream(self, stream: Handle = None) -> None:
         th = self._enter()
         stream = self._check_stream(th, stream)
         t0 = th.clock
@@ -601,11 +626,12 @@ class Runtime:
         self._api(th, name, t0, "sync", stream=stream)
 
     # ================================================================ API: memory
-    def malloc(self, size: int, policy: int = 0, tag: str | None = None) -> int:
+    def malloc(self, size: Integer, policy: Integer = 0, tag: str | None = None) -> int:
         """aclrtMalloc; `tag` names the call site in the trace (`[memory] <tag>`)."""
         from runtime_emu.memory import MallocPolicy, OutOfMemory
 
         th = self._enter()
+        size = _integer(size, "size")
         dev = self._device(th)
         t0 = th.clock
         try:
@@ -620,7 +646,7 @@ class Runtime:
         self._mem_event(th, dev, "alloc", alloc.addr, alloc.bytes, "aclrtMalloc", dev.memory.used_bytes, None, tag)
         return alloc.addr
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: Any) -> None:
         from runtime_emu.memory import InvalidPointer
 
         th = self._enter()
@@ -634,8 +660,9 @@ class Runtime:
         self._api(th, "aclrtFree", t0, nbytes=alloc.bytes)
         self._mem_event(th, dev, "free", alloc.addr, alloc.bytes, "aclrtFree", dev.memory.used_bytes, None)
 
-    def malloc_host(self, size: int) -> int:
+    def malloc_host(self, size: Integer) -> int:
         th = self._enter()
+        size = _integer(size, "size")
         if size <= 0:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"size must be positive, got {size}")
         t0 = th.clock
@@ -646,7 +673,7 @@ class Runtime:
         self._api(th, "aclrtMallocHost", t0, nbytes=size)
         return ptr
 
-    def free_host(self, ptr: int) -> None:
+    def free_host(self, ptr: Any) -> None:
         th = self._enter()
         if ptr not in self._pinned:
             raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, f"free of unknown host pointer {ptr:#x}" if isinstance(ptr, int)
@@ -656,11 +683,12 @@ class Runtime:
         th.clock += self.api_overhead_ns
         self._api(th, "aclrtFreeHost", t0)
 
-    def cached_malloc(self, size: int, stream: Stream | None = None, tag: str | None = None) -> int:
+    def cached_malloc(self, size: Integer, stream: Handle = None, tag: str | None = None) -> int:
         """Framework-level allocation through the caching allocator (as torch_npu does)."""
         from runtime_emu.memory import OutOfMemory
 
         th = self._enter()
+        size = _integer(size, "size")
         dev = self._device(th)
         stream = self._check_stream(th, stream)
         cache = self._cache(dev)
@@ -674,7 +702,7 @@ class Runtime:
                         tag)
         return alloc.addr
 
-    def cached_free(self, ptr: int) -> None:
+    def cached_free(self, ptr: Any) -> None:
         from runtime_emu.memory import InvalidPointer
 
         th = self._enter()
@@ -762,7 +790,7 @@ class Runtime:
                                        host_pid(th.rank), th.tid, None, None, None, "step", None, None, None, None,
                                        None, None, n))
 
-    def host_work(self, name: str, duration_ns: int) -> None:
+    def host_work(self, name: str, duration_ns: Any) -> None:
         """Host-side computation (preprocessing, NMS...): the thread is busy for duration_ns."""
         th = self._enter()
         if duration_ns < 0:

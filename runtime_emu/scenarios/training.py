@@ -77,38 +77,10 @@ def hccl_runtime(rt: "Runtime") -> Iterator[None]:
         acl._current = saved
 
 
-class _StepCounters(dict):
-    """Stands in for the runtime's ProfilerStep counters (`rt._step_next`), keyed by (rank,
-    thread id) where the runtime keys them by thread id alone.
-
-    Every rank's thread but rank 0's has id 1, so without this the ranks share one counter
-    (rank r's first step comes out as ProfilerStep#r) and only the first of them gets its host
-    thread named. Remove once the runtime keys its counters per rank.
-    """
-
-    def __init__(self, rt: "Runtime") -> None:
-        super().__init__({(0, tid): n for tid, n in rt._step_next.items()})  # so far only rank 0 has entered
-        self._coord = rt.coord
-
-    def _key(self, tid: int) -> tuple[int, int]:
-        return (self._coord.current().rank, tid)
-
-    def __contains__(self, tid: object) -> bool:
-        return super().__contains__(self._key(tid))  # type: ignore[arg-type]
-
-    def __getitem__(self, tid: int) -> int:
-        return super().__getitem__(self._key(tid))
-
-    def __setitem__(self, tid: int, n: int) -> None:
-        super().__setitem__(self._key(tid), n)
-
-
 def run_job(rt: "Runtime", cfg: Config, model: Model, zero: bool) -> None:
     """Train `model` data-parallel on every rank of rt's topology for cfg.steps steps."""
     problems = ClusterProblems(rt, cfg, f"{model.prefix}.train_step", model.prefetch_bytes,
                                model.prefetch_chunk_bytes)
-    if type(rt._step_next) is dict:
-        rt._step_next = _StepCounters(rt)
     with hccl_runtime(rt):
         rt.run_ranks(lambda rank: _Rank(rt, cfg, model, zero, problems, rank).train())
 

@@ -1,0 +1,124 @@
+"""The compiled emulator core: same traces as the pure-Python modules, used only while current,
+and public API arguments checked by the runtime (not rejected by compiled code's type checks)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime_emu
+from runtime_emu import AclError, Kernel, Runtime, _loader
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES_DIR = ROOT / "sample_traces" / "emulated"
+
+
+def _python(code: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_compiled_core_is_used_whenever_it_is_current():
+    names = _loader.compiled_modules()
+    # The install compiles these six (setup.py COMPILED); a partial set never counts as current.
+    expected = ["device", "engine", "host", "links", "recorder", "runtime"]
+    assert names in ([], expected)
+    forced_pure = os.environ.get("MSPROF_PY_PURE") == "1"
+    assert runtime_emu.COMPILED == (bool(names) and _loader.stale(names) is None and not forced_pure)
+    if runtime_emu.COMPILED:
+        assert runtime_emu.runtime.__file__.endswith(EXTENSION_SUFFIXES[0])
+
+
+def test_pure_python_emulator_writes_byte_identical_sample_traces(tmp_path):
+    """The committed samples are what the in-process emulator (compiled where built) writes,
+    checked in test_emu_scenarios_multirank; the pure-Python modules must write the same bytes."""
+    out = _python("import sys, runtime_emu\nfrom runtime_emu.scenarios import samples\n"
+                  f"samples.generate({str(tmp_path)!r})\nprint(runtime_emu.COMPILED)", MSPROF_PY_PURE="1")
+    assert out.strip().splitlines()[-1] == "False"
+    committed = sorted(p.relative_to(SAMPLES_DIR) for p in SAMPLES_DIR.rglob("*") if p.is_file())
+    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert fresh == committed and len(committed) == 64
+    for rel in committed:
+        assert (tmp_path / rel).read_bytes() == (SAMPLES_DIR / rel).read_bytes(), rel
+
+
+def _fake_package(tmp_path: Path, sources: dict[str, str], record: dict | None) -> Path:
+    for name, text in sources.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        (tmp_path / f"{name}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    (tmp_path / "lonely.py").write_text("x = 1\n")  # a source without an extension: not compiled
+    if record is not None:
+        (tmp_path / "_compiled.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_loader_rejects_compiled_modules_older_than_their_sources(tmp_path):
+    sources = {"engine": "a = 1\n", "runtime": "b = 2\n"}
+    digest = {n: hashlib.sha256(t.encode()).hexdigest() for n, t in sources.items()}
+    pkg = _fake_package(tmp_path, sources, {"sources": digest})
+    assert _loader.compiled_modules(pkg) == ["engine", "runtime"]
+    assert _loader.stale(["engine", "runtime"], pkg) is None
+    (pkg / "runtime.py").write_text("b = 3\n")  # edited after the build
+    assert _loader.stale(["engine", "runtime"], pkg) == "runtime.py changed since they were built"
+    (pkg / "_compiled.json").write_text("{not json")
+    assert _loader.stale(["engine"], pkg) == "no record of the sources they were built from"
+    (pkg / "_compiled.json").unlink()
+    assert _loader.stale(["engine"], pkg) == "no record of the sources they were built from"
+
+
+def test_forcing_pure_python_is_silent_and_reports_it():
+    out = _python("import warnings\nwarnings.simplefilter('error')\nimport runtime_emu\n"
+                  "print(runtime_emu.COMPILED, runtime_emu.runtime.__file__.endswith('.py'))", MSPROF_PY_PURE="1")
+    assert out.split() == ["False", "True"]
+
+
+K = Kernel("MatMul", block_ns=1_000, core="cube")
+
+
+def test_numpy_integers_are_accepted_where_ints_are():
+    rt = Runtime(seed=0)
+    rt.set_device(np.int64(0))
+    stream = rt.create_stream(priority=np.int32(3))
+    corr = rt.launch_kernel(K, np.int64(40), stream)
+    ptr = rt.malloc(np.int64(4096))
+    rt.synchronize_device()
+    rt.free(ptr)
+    assert (stream.priority, type(stream.priority)) == (3, int)
+    assert rt.gt_tasks[0][0] == corr
+    table = rt.finish().trace.table.to_pandas()
+    kernel = table[table.kind == "kernel"].iloc[0]
+    assert (kernel["name"], kernel["dur"], kernel["args"]) == (
+        "MatMul", 2_000, '{"Task Type":"AI_CORE","Stream Id":1,"Task Id":1,"Block Dim":40,"Waves":2}')
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda rt, s: rt.launch_kernel(K, 2.5, s), "ACL_ERROR_RT_PARAM_INVALID.*numBlocks must be an integer, got 2.5"),
+    (lambda rt, s: rt.launch_kernel(K, "8", s), "numBlocks must be an integer, got '8'"),
+    (lambda rt, s: rt.launch_kernel("MatMul", 8, s), "ACL_ERROR_RT_INVALID_HANDLE.*invalid kernel handle 'MatMul'"),
+    (lambda rt, s: rt.launch_kernel(K, 8, "stream1"), "invalid stream handle 'stream1'"),
+    (lambda rt, s: rt.create_stream(priority=1.0), "priority must be an integer, got 1.0"),
+    (lambda rt, s: rt.malloc(None), "size must be an integer, got None"),
+    (lambda rt, s: rt.malloc_host(64.0), "size must be an integer, got 64.0"),
+    (lambda rt, s: rt.memcpy_async(0, 64, 0, "64", 1, s), "count must be an integer, got '64'"),
+    (lambda rt, s: rt.memset_async(0, 64.0, 0, 64, s), "maxCount must be an integer, got 64.0"),
+    (lambda rt, s: rt.record_event(7, s), "invalid event handle 7"),
+    (lambda rt, s: rt.stream_wait_event(s, None), "invalid event handle None"),
+    (lambda rt, s: rt.synchronize_stream(3), "invalid stream handle 3"),
+    (lambda rt, s: rt.set_device("0"), "device '0' does not exist"),
+])
+def test_wrong_argument_types_raise_the_runtime_error_not_a_type_error(call, message):
+    rt = Runtime(seed=0)
+    rt.set_device(0)
+    stream = rt.create_stream()
+    with pytest.raises(AclError, match=message):
+        call(rt, stream)
