@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from runtime_emu.links import Link
 from runtime_emu.presets import Preset
@@ -22,7 +22,12 @@ if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
 
 # Task kinds (the trace's `kind` for device rows, plus the stream-control tasks).
-KERNEL, MEMCPY, MEMSET, RECORD, WAIT, COLLECTIVE = "kernel", "memcpy", "memset", "record", "wait", "collective"
+KERNEL: Final = "kernel"
+MEMCPY: Final = "memcpy"
+MEMSET: Final = "memset"
+RECORD: Final = "record"
+WAIT: Final = "wait"
+COLLECTIVE: Final = "collective"
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ class CorePool:
     """
 
     __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption", "_done_cb",
-                 "_after")
+                 "engine")
 
     def __init__(self, device: "Device", kind: str, total: int) -> None:
         self.device = device
@@ -135,7 +140,7 @@ class CorePool:
         self.batch_mode = False
         self.preemption = False
         self._done_cb = self._blocks_done  # bound once: one is made per call otherwise
-        self._after = device.rt.engine.after
+        self.engine = device.rt.engine  # a direct call once compiled (a bound method is a generic one)
 
     def submit(self, task: Task) -> None:
         self.seq += 1
@@ -163,7 +168,7 @@ class CorePool:
             task.waves += 1
             kernel = task.kernel
             assert kernel is not None, "only kernels go to the core pools"
-            self._after(kernel.block_ns, self._done_cb, (task, grant))
+            self.engine.after(kernel.block_ns, self._done_cb, (task, grant))
             if remaining:
                 # Still first in line (its key only drops to "started"): update the root in place.
                 if head[0] and not self.preemption:
@@ -189,7 +194,7 @@ class CorePool:
             self.free += count - grant
             kernel = task.kernel
             assert kernel is not None, "only kernels go to the core pools"
-            self._after(kernel.block_ns, self._done_cb, (task, grant))
+            self.engine.after(kernel.block_ns, self._done_cb, (task, grant))
             if self.free:
                 self.dispatch()
             return

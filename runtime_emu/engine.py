@@ -8,7 +8,6 @@ callbacks on it.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import count
 from typing import Any, Callable
 
 
@@ -20,16 +19,18 @@ class Engine:
     def __init__(self) -> None:
         self.now = 0
         self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self._seq = count(1)  # scheduling order: 1, 2, 3, ...
+        self._seq = 0  # scheduling order of the last callback scheduled: 1, 2, 3, ...
 
     def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Call fn(arg) at time t_ns (never earlier than now)."""
         if t_ns < self.now:
             t_ns = self.now
-        heappush(self._heap, (t_ns, next(self._seq), fn, arg))
+        seq = self._seq = self._seq + 1
+        heappush(self._heap, (t_ns, seq, fn, arg))
 
     def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
-        heappush(self._heap, (self.now + dt_ns, next(self._seq), fn, arg))
+        seq = self._seq = self._seq + 1
+        heappush(self._heap, (self.now + dt_ns, seq, fn, arg))
 
     def next_time(self) -> int | None:
         return self._heap[0][0] if self._heap else None

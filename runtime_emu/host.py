@@ -11,7 +11,7 @@ thread simply drives the engine.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 import greenlet
 
@@ -20,7 +20,10 @@ from runtime_emu.errors import ACL_ERROR_RT_INTERNAL_ERROR, AclError, Deadlock
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
 
-READY, RUNNING, BLOCKED, DONE = "ready", "running", "blocked", "done"
+READY: Final = "ready"
+RUNNING: Final = "running"
+BLOCKED: Final = "blocked"
+DONE: Final = "done"
 
 #: Which runtime each host-thread greenlet belongs to (weak: finished jobs are collected).
 _RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary()

@@ -9,6 +9,7 @@ full rows in the table's column order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -17,15 +18,21 @@ import pyarrow.compute as pc
 from msprof_py.trace.schema import COLUMN_NAMES, Trace, TraceMeta, build_table
 
 #: Process ids: one host process per rank, one device process per (rank, device), one for links.
-HOST_PID_BASE = 1_000_000
-DEVICE_PID_BASE = 2_000_000
-LINKS_PID = 3_000_000
+HOST_PID_BASE: Final = 1_000_000
+DEVICE_PID_BASE: Final = 2_000_000
+LINKS_PID: Final = 3_000_000
 
 # Task buffer kinds (index into _TASK_KINDS).
-K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD = 0, 1, 2, 3, 4
+K_KERNEL: Final = 0
+K_MEMCPY: Final = 1
+K_MEMSET: Final = 2
+K_WAIT: Final = 3
+K_RECORD: Final = 4
 _TASK_KINDS = ("kernel", "memcpy", "memset", "wait", "marker")
 # Counter units (index into _UNITS): the args key of the counter's one series.
-U_DEPTH, U_BYTES, U_GBPS = 0, 1, 2
+U_DEPTH: Final = 0
+U_BYTES: Final = 1
+U_GBPS: Final = 2
 _UNITS = ("depth", "bytes", "GB/s")
 
 
@@ -58,10 +65,13 @@ class Switches:
 
 
 #: Widths of the flat numeric buffers (fields per row).
-TASK_W, API_W, FLOW_W, COUNTER_W = 16, 13, 9, 9
+TASK_W: Final = 16
+API_W: Final = 13
+FLOW_W: Final = 9
+COUNTER_W: Final = 9
 #: Buffer length (ints) past which the runtime spills buffers into arrays.
-SPILL_INTS = 1 << 20
-NULL = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
+SPILL_INTS: Final = 1 << 20
+NULL: Final = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import operator
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Final, Iterator
 
 import greenlet
 
@@ -62,11 +62,14 @@ _GT_FIELDS = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "
               "end_ns", "cause", "producer", "queue_blocked_ns")
 
 # aclrtMemcpyKind
-MEMCPY_HOST_TO_HOST, MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_DEVICE_TO_DEVICE = 0, 1, 2, 3
+MEMCPY_HOST_TO_HOST: Final = 0
+MEMCPY_HOST_TO_DEVICE: Final = 1
+MEMCPY_DEVICE_TO_HOST: Final = 2
+MEMCPY_DEVICE_TO_DEVICE: Final = 3
 _COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
-PINNED_BASE = 0x7F00_0000_0000
-DEVICE_SPAN = 1 << 40
-HOST_MEMCPY_GBPS = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
+PINNED_BASE: Final = 0x7F00_0000_0000
+DEVICE_SPAN: Final = 1 << 40
+HOST_MEMCPY_GBPS: Final = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
 
 # Public API arguments come from user programs. The runtime checks them itself and raises the
 # AclError the real runtime would; compiled code (mypyc checks annotated argument types on entry)
