@@ -62,6 +62,9 @@ Run (from the repo root, with the dev venv, which brings in SimPy):
 
     python benchmarks/bench_emulator.py                       # 100k tasks, best of 3
     python benchmarks/bench_emulator.py --tasks 20000 --repeat 5 --json bench_emulator.json
+    MSPROF_PY_PURE=1 python benchmarks/bench_emulator.py      # the pure-Python emulator core
+
+It prints which runtime_emu core ran: compiled (mypyc, built at install) or pure Python.
 """
 
 from __future__ import annotations
