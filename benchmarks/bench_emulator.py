@@ -512,7 +512,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-
     import runtime_emu
 
     console = Console()

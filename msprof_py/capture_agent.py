@@ -77,10 +77,7 @@ class _Session:
     def _flush_loop(self) -> None:
         wait = self.agent.flush_s
         while not self.stop.wait(wait):
-            try:
-                rows = _buffers_state(self.rt.recorder)
-            except RuntimeError:  # the runtime changed its buffers while they were looked at
-                continue
+            rows = _buffers_state(self.rt.recorder)
             if rows == self.saved_rows:
                 continue
             t0 = time.monotonic()
@@ -167,10 +164,8 @@ _BUFFERS = ("tasks", "apis", "flows", "counters", "rows")
 
 
 def _buffers_state(rec: Any) -> tuple:
-    """Identity and size of the recorder's buffers: changes whenever rows are added or spilled."""
-    spilled = getattr(rec, "_spilled", {})
-    return (tuple((id(getattr(rec, b)), len(getattr(rec, b))) for b in _BUFFERS),
-            tuple((k, len(v)) for k, v in list(spilled.items())))
+    """Identity and size of the recorder's buffers: changes whenever rows are added."""
+    return tuple((id(getattr(rec, b)), len(getattr(rec, b))) for b in _BUFFERS)
 
 
 def recorded(runtime: Any) -> Any:
@@ -180,18 +175,9 @@ def recorded(runtime: Any) -> Any:
     from runtime_emu.recorder import Recorder, StringCodes
 
     rt, rec = runtime, runtime.recorder
-    while True:
-        # A spill (buffers moved into arrays by the runtime) between the copies would lose or
-        # double rows: copy again until the buffers were not replaced meanwhile.
-        before = _buffers_state(rec)
-        spilled = {k: list(v) for k, v in list(getattr(rec, "_spilled", {}).items())}
-        lists = {b: list(getattr(rec, b)) for b in _BUFFERS}
-        if _buffers_state(rec)[1] == before[1] and all(
-                id(getattr(rec, b)) == before[0][i][0] for i, b in enumerate(_BUFFERS)):
-            break
-    copy = Recorder(rec.switches, **lists)
-    if spilled:
-        copy._spilled = spilled
+    # A slice copies a buffer (packed bytes or the list of full rows) in one step under the GIL,
+    # so every copied row is whole.
+    copy = Recorder(rec.switches, **{b: getattr(rec, b)[:] for b in _BUFFERS})
     # After the buffers: every code in the copied rows exists in this later copy of strings.
     copy.strings = StringCodes(rec.strings)
     extra = {"seed": rt.seed, "end_ns": max([rt.engine.now] + [t.clock for t in list(rt.coord.order)]),

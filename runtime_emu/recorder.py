@@ -1,13 +1,14 @@
-"""Recording: a compact tuple per trace row while the emulation runs, one table at the end.
+"""Recording: a compact row per trace event while the emulation runs, one table at the end.
 
-The frequent rows (device tasks, host API slices, launch->task flows, counters) go to buffers
-of their own with only the fields that vary; constant fields and the `args` JSON are made in
-Arrow, column-wise, when the table is built. Rare rows (metadata, memory instants, steps) are
-full rows in the table's column order.
+The frequent rows (device tasks, host API slices, launch->task flows, counters) are packed as
+int64s (strings replaced by codes) into byte buffers of their own, with only the fields that
+vary; constant fields and the `args` JSON are made in Arrow, column-wise, when the table is
+built. Rare rows (metadata, memory instants, steps) are full rows in the table's column order.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -64,67 +65,56 @@ class Switches:
     sys_hardware_mem: bool = True  # link bandwidth counters
 
 
-#: Widths of the flat numeric buffers (fields per row).
+#: Widths of the packed numeric buffers (int64 fields per row).
 TASK_W: Final = 16
 API_W: Final = 13
 FLOW_W: Final = 9
 COUNTER_W: Final = 9
-#: Buffer length (ints) past which the runtime spills buffers into arrays.
-SPILL_INTS: Final = 1 << 20
 NULL: Final = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
+#: One row of each buffer as bytes (native int64s): `buf += TASK_ROW(*fields)`. Packing costs
+#: less than a tuple appended to a list and converted at the end, the buffer is one flat block
+#: the garbage collector never walks, and it becomes a numpy array without a copy.
+TASK_ROW: Final = struct.Struct(f"{TASK_W}q").pack
+API_ROW: Final = struct.Struct(f"{API_W}q").pack
+FLOW_ROW: Final = struct.Struct(f"{FLOW_W}q").pack
+COUNTER_ROW: Final = struct.Struct(f"{COUNTER_W}q").pack
 
 
 @dataclass
 class Recorder:
-    """Row buffers. The frequent row types are flat lists of ints (`buf.extend(row_tuple)`),
-    strings replaced by codes from `code()`; they become columns with one numpy call."""
+    """Row buffers. The frequent row types are packed int64 rows (`buf += TASK_ROW(...)`),
+    strings replaced by codes from `code()`; each buffer becomes a column block without a copy."""
 
     switches: Switches = field(default_factory=Switches)
     #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind,
     #: event_id, step
-    tasks: list[int] = field(default_factory=list)
+    tasks: bytearray = field(default_factory=bytearray)
     #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks
-    apis: list[int] = field(default_factory=list)
+    apis: bytearray = field(default_factory=bytearray)
     #: rank, is_finish, ts, pid, tid, corr, device, stream, step
-    flows: list[int] = field(default_factory=list)
+    flows: bytearray = field(default_factory=bytearray)
     #: rank, pid, name, ts, value, unit, device, stream, step (integer-valued counters)
-    counters: list[int] = field(default_factory=list)
+    counters: bytearray = field(default_factory=bytearray)
     #: Full rows in COLUMN_NAMES order (metadata, memory instants, steps, float counters...).
     rows: list[tuple] = field(default_factory=list)
     strings: "StringCodes" = field(default_factory=lambda: StringCodes())
     _named: set = field(default_factory=set)
-    #: Full buffers moved out of Python lists into int64 arrays (see spill()).
-    _spilled: dict = field(default_factory=dict)
-
-    def spill(self) -> None:
-        """Move the numeric buffers into arrays. A list of millions of ints makes every full
-        garbage-collector pass walk it (half the run time at 10M events); an array is not a
-        container the collector visits. Called every SPILL_ROWS or so by the runtime."""
-        for name in ("tasks", "apis", "flows", "counters"):
-            buf = getattr(self, name)
-            if buf:
-                self._spilled.setdefault(name, []).append(_int64s(buf))
-                setattr(self, name, [])
 
     def _buffer(self, name: str, width: int) -> np.ndarray | None:
-        parts = self._spilled.pop(name, [])
-        flat = getattr(self, name)
-        if flat:
-            parts.append(_int64s(flat))
-        if not parts:
+        """A buffer's rows as an (n, width) int64 array; the recorder starts a new buffer."""
+        packed = getattr(self, name)
+        setattr(self, name, bytearray())  # the array shares the old buffer's memory
+        if not packed:
             return None
-        return (np.concatenate(parts) if len(parts) > 1 else parts[0]).reshape(-1, width)
+        return np.frombuffer(packed, dtype=np.int64).reshape(-1, width)
 
     def code(self, text: str) -> int:
         """A small integer standing for `text` in the numeric buffers (`strings[text]` is the same)."""
         return self.strings[text]
 
     def __len__(self) -> int:
-        spilled = {k: sum(len(a) for a in v) for k, v in self._spilled.items()}
-        return ((len(self.tasks) + spilled.get("tasks", 0)) // TASK_W
-                + (len(self.apis) + spilled.get("apis", 0)) // API_W
-                + (len(self.flows) + spilled.get("flows", 0)) // FLOW_W
-                + (len(self.counters) + spilled.get("counters", 0)) // COUNTER_W + len(self.rows))
+        return (len(self.tasks) // (8 * TASK_W) + len(self.apis) // (8 * API_W) + len(self.flows) // (8 * FLOW_W)
+                + len(self.counters) // (8 * COUNTER_W) + len(self.rows))
 
     # ------------------------------------------------------------------ metadata
     def name_process(self, rank: int, pid: int, name: str, label: str | None = None, sort: int | None = None) -> None:
@@ -155,16 +145,11 @@ class Recorder:
                              _apis_table(self._buffer("apis", API_W), strings),
                              _flows_table(self._buffer("flows", FLOW_W)),
                              _counters_table(self._buffer("counters", COUNTER_W), strings)) if t is not None]
-        self.tasks, self.apis, self.flows, self.counters, self.rows = [], [], [], [], []
+        self.rows = []
         table = pa.concat_tables(parts) if parts else _table(0, {})
         cols = {name: table.column(name) for name in COLUMN_NAMES}
         del table, parts
         return build_table(cols, meta)
-
-
-def _int64s(flat: list[int]) -> np.ndarray:
-    """A list of ints as an int64 array (fromiter with a count: half the time of np.array)."""
-    return np.fromiter(flat, dtype=np.int64, count=len(flat))
 
 
 def _meta(rank: int, pid: int, tid: int, name: str, args: str) -> tuple:

@@ -39,6 +39,9 @@ from runtime_emu.links import Link, Network
 from runtime_emu.presets import Preset
 from runtime_emu.presets import preset as get_preset
 from runtime_emu.recorder import (
+    API_ROW,
+    COUNTER_ROW,
+    FLOW_ROW,
     HOST_PID_BASE,
     K_KERNEL,
     K_MEMCPY,
@@ -47,7 +50,7 @@ from runtime_emu.recorder import (
     K_WAIT,
     LINKS_PID,
     NULL,
-    SPILL_INTS,
+    TASK_ROW,
     U_BYTES,
     U_DEPTH,
     Recorder,
@@ -208,10 +211,10 @@ class Runtime:
             return
         dev = th.device
         strings = self.recorder.strings
-        self.recorder.apis.extend((
+        self.recorder.apis += API_ROW(
             th.rank, HOST_PID_BASE + th.rank, th.tid, strings[name], t0, th.clock - t0, strings[kind],
             NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
-            NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks))
+            NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks)
 
     def _check_stream(self, th: HostThread, stream: Any) -> Stream:
         if stream is None:
@@ -244,10 +247,10 @@ class Runtime:
             self._api(th, api, t0, kind, stream, corr, task.bytes or None, blocks)
             if sw.task_time:
                 rank = th.rank
-                rec.flows.extend((rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
-                                  NULL if step is None else step))
+                rec.flows += FLOW_ROW(rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
+                                      NULL if step is None else step)
         if sw.task_time and self.queue_depth_counters:
-            rec.counters.extend((dev.rank, dev.pid, stream.qcode, clock, pending, U_DEPTH, dev.id, stream.id, NULL))
+            rec.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, clock, pending, U_DEPTH, dev.id, stream.id, NULL)
         arrive = clock + preset.dispatch_latency_ns
         task.arrive_ns = arrive
         # A busy stream picks the task up when it gets to it; only an idle one needs waking.
@@ -336,8 +339,8 @@ class Runtime:
         if self.sw.task_time and self.sw.runtime_api and task.kind is not RECORD and task.kind is not WAIT:
             stream = task.stream
             dev = stream.device
-            self.recorder.flows.extend((dev.rank, 1, now, dev.pid, stream.id, task.corr, dev.id, stream.id,
-                                        NULL if task.step is None else task.step))
+            self.recorder.flows += FLOW_ROW(dev.rank, 1, now, dev.pid, stream.id, task.corr, dev.id, stream.id,
+                                            NULL if task.step is None else task.step)
 
     def _task_finished(self, task: Task) -> None:
         now = self.engine.now
@@ -355,13 +358,11 @@ class Runtime:
         self._gt.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
                          task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
                          task.queue_blocked_ns))
-        if len(self.recorder.counters) > SPILL_INTS:
-            self.recorder.spill()
         if self.sw.task_time:
             self._record_task(task, now)
             if self.queue_depth_counters:
-                self.recorder.counters.extend((dev.rank, dev.pid, stream.qcode, now, stream.pending, U_DEPTH, dev.id,
-                                               stream.id, NULL))
+                self.recorder.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, now, stream.pending, U_DEPTH,
+                                                      dev.id, stream.id, NULL)
         self._advance(stream)
 
     def _record_task(self, task: Task, end: int) -> None:
@@ -376,9 +377,9 @@ class Runtime:
             strings = rec.strings
             type_code = strings[k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")]
             start = task.start_ns
-            rec.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
-                              type_code, task.corr, task.blocks, task.waves, NULL, NULL, NULL,
-                              NULL if task.step is None else task.step))
+            rec.tasks += TASK_ROW(dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
+                                  type_code, task.corr, task.blocks, task.waves, NULL, NULL, NULL,
+                                  NULL if task.step is None else task.step)
             return
         if kind is MEMCPY:
             row = (K_MEMCPY, code("MEMCPY_ASYNC"), NULL, NULL, task.bytes, code(task.copy_kind), NULL)
@@ -395,9 +396,9 @@ class Runtime:
             task.extra.record(self, task, end)
             return
         kcode, ttype, blocks, waves, nbytes, copy_kind, event_id = row
-        self.recorder.tasks.extend((dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
-                                    code(task.name), kcode, ttype, task.corr, blocks, waves, nbytes, copy_kind, event_id,
-                                    NULL if task.step is None else task.step))
+        self.recorder.tasks += TASK_ROW(dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
+                                        code(task.name), kcode, ttype, task.corr, blocks, waves, nbytes, copy_kind,
+                                        event_id, NULL if task.step is None else task.step)
 
     def _link_rate(self, link: Link, now: int, bytes_per_ns: float) -> None:
         if not self.sw.sys_hardware_mem:
@@ -765,16 +766,17 @@ class Runtime:
         and, once a caching allocator exists, its allocated and reserved bytes (PyTorch's terms)."""
         if not self.sw.memory:
             return
-        add = self.recorder.counters.extend
-        code = self.recorder.code
+        rec = self.recorder
+        code = rec.code
         step = NULL if th.step is None else th.step
-        add((dev.rank, dev.pid, code("Device memory used"), th.clock, dev.memory.used_bytes, U_BYTES, dev.id, NULL, step))
+        rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory used"), th.clock, dev.memory.used_bytes,
+                                    U_BYTES, dev.id, NULL, step)
         cache = dev.caching
         if cache is not None:
-            add((dev.rank, dev.pid, code("Device memory allocated"), th.clock, cache.allocated_bytes, U_BYTES, dev.id,
-                 NULL, step))
-            add((dev.rank, dev.pid, code("Device memory reserved"), th.clock, cache.reserved_bytes, U_BYTES, dev.id,
-                 NULL, step))
+            rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory allocated"), th.clock,
+                                        cache.allocated_bytes, U_BYTES, dev.id, NULL, step)
+            rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory reserved"), th.clock,
+                                        cache.reserved_bytes, U_BYTES, dev.id, NULL, step)
 
     # ================================================================ API: steps, host work
     @contextlib.contextmanager

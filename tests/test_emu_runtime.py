@@ -362,18 +362,20 @@ def test_result_saves_trace_and_ground_truth(tmp_path):
     assert gt["tasks"]["start_ns"] == [1_700] and gt["problems"] == []
 
 
-def test_spilled_recorder_buffers_give_the_same_table():
-    def run(spill_every):
-        rt = new(seed=3)
-        s = rt.create_stream()
-        for i in range(30):
-            rt.launch_kernel(Kernel(f"k{i % 4}", 1_000), 4, s)
-            if spill_every and i % spill_every == 0:
-                rt.recorder.spill()
-        rt.synchronize_stream(s)
-        return rt.finish().trace.table
-
-    assert run(7).equals(run(0))
+def test_recorder_counts_its_packed_rows_and_starts_over_after_building_the_table():
+    rt = new(seed=3)
+    s = rt.create_stream()
+    for i in range(30):
+        rt.launch_kernel(Kernel(f"k{i % 4}", 1_000), 4, s)
+    rt.synchronize_stream(s)
+    rec = rt.recorder
+    # 30 launches: API slice, flow start, queue counter at launch; flow end, task, counter at finish.
+    assert (len(rec.apis) // 8, len(rec.flows) // 8, len(rec.counters) // 8, len(rec.tasks) // 8) == (
+        (3 + 30) * 13, 60 * 9, 60 * 9, 30 * 16)  # set_device, create_stream, synchronize_stream + launches
+    n = len(rec)
+    table = rt.finish().trace.table
+    assert table.num_rows == n
+    assert (table.column("kind").to_pylist().count("kernel"), len(rec)) == (30, 0)
 
 
 def test_steps_are_numbered_per_rank_thread():
