@@ -18,7 +18,11 @@ import greenlet
 from runtime_emu.errors import ACL_ERROR_RT_INTERNAL_ERROR, AclError, Deadlock
 
 if TYPE_CHECKING:
+    from runtime_emu.device import Device
     from runtime_emu.runtime import Runtime
+
+#: The running greenlet (Final: compiled code calls it without a module attribute lookup).
+_getcurrent: Final = greenlet.getcurrent
 
 READY: Final = "ready"
 RUNNING: Final = "running"
@@ -45,7 +49,7 @@ class HostThread:
         self.pred: Callable[[], bool] | None = None
         self.what = ""
         self.error: BaseException | None = None
-        self.device: Any = None
+        self.device: Device | None = None
         self.rank = rank
         self.step: int | None = None
         self.name = f"Thread {tid}"
@@ -76,7 +80,7 @@ class Coordinator:
         return th
 
     def current(self) -> HostThread:
-        th = self.threads.get(greenlet.getcurrent())
+        th = self.threads.get(_getcurrent())
         if th is None:
             raise AclError(ACL_ERROR_RT_INTERNAL_ERROR,
                            "runtime call from a thread the runtime does not know; start host threads with "

@@ -127,6 +127,10 @@ class Runtime:
         self.recorder = Recorder(switches or Switches())
         self.sw = self.recorder.switches
         self.preset = get_preset(preset)
+        # The launch path's two overheads as plain ints (a Preset's fields are generic lookups
+        # from compiled code; the preset is frozen, so these never go stale).
+        self._launch_overhead_ns: int = self.preset.launch_overhead_ns
+        self._dispatch_latency_ns: int = self.preset.dispatch_latency_ns
         self.coord = Coordinator(self)
         self.coord.register(greenlet.getcurrent(), 0)
         self.devices: dict[tuple[int, int], Device] = {}
@@ -234,8 +238,7 @@ class Runtime:
                              f"queue of stream {stream.id} is full and nothing retires")
             task.queue_blocked_ns = th.clock - blocked_from
             self.gt_host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
-        preset = self.preset
-        clock = th.clock = th.clock + preset.launch_overhead_ns
+        clock = th.clock = th.clock + self._launch_overhead_ns
         task.launch_ns = t0
         step = task.step = th.step
         pending = stream.pending = stream.pending + 1
@@ -251,7 +254,7 @@ class Runtime:
                                       NULL if step is None else step)
         if sw.task_time and self.queue_depth_counters:
             rec.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, clock, pending, U_DEPTH, dev.id, stream.id, NULL)
-        arrive = clock + preset.dispatch_latency_ns
+        arrive = clock + self._dispatch_latency_ns
         task.arrive_ns = arrive
         # A busy stream picks the task up when it gets to it; only an idle one needs waking.
         stream.queue.append(task)
