@@ -30,12 +30,17 @@ warm-up run of both so imports and first calls do not count):
                    the final pyarrow table build is timed separately and not included.
   (b) runtime_emu  ``Runtime()`` .. ``synchronize_device()`` returns (simulation + recording,
                    "sim-only"), .. ``finish()`` returns (+ trace table build), and
-                   .. ``write_trace(res.trace, "x.parquet")`` returns (end to end).
+                   .. ``write_trace(res.trace, "x.parquet")`` returns (end to end, the table
+                   built at the end).
+  (c) runtime_emu  streaming: ``Runtime(trace_path="y.parquet")`` .. ``finish()`` returns, the
+                   trace written while the program runs (end to end); the file is checked to
+                   hold the table (b) wrote.
 
 Targets (reported PASS/MISS; the exit code is 0 either way, this is a measurement):
 
   * runtime_emu sim-only tasks/s / SimPy tasks/s                          >= 5x
   * runtime_emu trace rows / (Runtime() .. Parquet file written)          >= 1M events/s
+    (the faster of (b) and (c); both are printed)
 
 Before timing, the models are checked to be the same model: on 200 tasks (``--check-tasks``)
 over 4 streams, once as above and once with 4-task queues and stream priorities 0,1,2,3 (host
@@ -308,6 +313,25 @@ def run_emu(workload: list[tuple[Kernel, int, int]], preset: Preset, priorities:
             "parquet_bytes": parquet.stat().st_size if parquet is not None else None}
 
 
+def run_emu_streamed(workload: list[tuple[Kernel, int, int]], preset: Preset, priorities: tuple[int, ...],
+                     parquet: Path) -> dict:
+    """The same program writing its trace while it runs (Runtime(trace_path=...)); finish()
+    returns when the Parquet file is complete."""
+    t0 = time.perf_counter()
+    rt = Runtime(seed=0, preset=preset, trace_path=parquet)
+    rt.set_device(0)
+    streams = [rt.create_stream(priority=p) for p in priorities]
+    launch = rt.launch_kernel
+    for kernel, blocks, s in workload:
+        launch(kernel, blocks, streams[s])
+    rt.synchronize_device()
+    t_sim = time.perf_counter()
+    res = rt.finish()
+    t_end = time.perf_counter()
+    return {"sim_s": t_sim - t0, "e2e_s": t_end - t0, "fallback": res.stream_fallback,
+            "parquet_bytes": parquet.stat().st_size}
+
+
 # ============================================================================ equivalence
 def compare_logs(emu_log: list[tuple], sim_log: list[tuple]) -> dict:
     """Per-task (start, end) differences; tasks are matched per stream in FIFO order."""
@@ -377,7 +401,9 @@ def bench(n: int, streams: int, seed: int, repeat: int, work: Path, console) -> 
     priorities = (0,) * streams
     workload = make_workload(n, streams, seed)
     sim_times, build_times, emu = [], [], {"sim_s": [], "finish_s": [], "e2e_s": []}
+    streamed: dict[str, list] = {"sim_s": [], "e2e_s": [], "fallback": []}
     sim_last = emu_last = None
+    same_file = True
     for i in range(repeat):
         gc.collect()
         with console.status(f"run {i + 1}/{repeat}: SimPy, {n:,} tasks ..."):
@@ -400,11 +426,25 @@ def bench(n: int, streams: int, seed: int, repeat: int, work: Path, console) -> 
         emu_last = {"log": r["rt"].task_log, "end_ns": r["end_ns"], "rows": r["rows"],
                     "parquet_bytes": r["parquet_bytes"]}
         del r
+        gc.collect()
+        with console.status(f"run {i + 1}/{repeat}: runtime_emu streaming its trace, {n:,} tasks ..."):
+            spq = work / f"emu_streamed_{i}.parquet"
+            r = run_emu_streamed(workload, preset, priorities, spq)
+        for k in streamed:
+            streamed[k].append(r[k])
+        if i == 0:  # the streamed file holds the table the built-at-the-end one does
+            from msprof_py.trace import read_trace
+
+            same_file = read_trace(spq).table.equals(read_trace(pq).table)
+        del r
         pq.unlink()
+        spq.unlink()
     sim_s, build_s = min(sim_times), min(build_times)
     emu_sim_s, emu_finish_s, emu_e2e_s = min(emu["sim_s"]), min(emu["finish_s"]), min(emu["e2e_s"])
     speedup = (n / emu_sim_s) / (n / sim_s)
     events_per_s = emu_last["rows"] / emu_e2e_s
+    streamed_e2e_s = min(streamed["e2e_s"])
+    streamed_events_per_s = emu_last["rows"] / streamed_e2e_s
     check = compare_logs(emu_last["log"], sim_last["log"])
     return {
         "tasks": n, "streams": streams, "priorities": list(priorities), "seed": seed,
@@ -418,8 +458,13 @@ def bench(n: int, streams: int, seed: int, repeat: int, work: Path, console) -> 
         "speedup_sim": speedup, "speedup_with_table": (n / emu_finish_s) / (n / (sim_s + build_s)),
         "simulated_end_ns_emu": emu_last["end_ns"], "simulated_end_ns_simpy": sim_last["end_ns"],
         "blocked_launches_simpy": sim_last["blocked_launches"],
+        "emu_streamed_e2e_s": streamed_e2e_s, "emu_streamed_e2e_all_s": streamed["e2e_s"],
+        "emu_streamed_sim_all_s": streamed["sim_s"], "emu_streamed_events_per_s": streamed_events_per_s,
+        "emu_streamed_fallbacks": [f for f in streamed["fallback"] if f], "emu_streamed_same_table": same_file,
         "timed_run_check": check,
-        "pass_speedup": speedup >= TARGET_SPEEDUP, "pass_events": events_per_s >= TARGET_EVENTS_PER_S,
+        "pass_speedup": speedup >= TARGET_SPEEDUP,
+        # The product's fastest way to a Parquet trace: written while the program runs.
+        "pass_events": max(events_per_s, streamed_events_per_s) >= TARGET_EVENTS_PER_S,
     }
 
 
@@ -485,8 +530,13 @@ def print_bench(console, r: dict, repeat: int) -> None:
               f"{r['speedup_sim']:.1f}x SimPy", f">= {TARGET_SPEEDUP:g}x", verdict(r["pass_speedup"]))
     t.add_row("emu to finish()", f"{r['emu_finish_s']:.3f} s", f"{r['emu_finish_tasks_per_s']:,.0f} tasks/s",
               f"{r['speedup_with_table']:.1f}x SimPy+table", "", "")
-    t.add_row("emu to Parquet (e2e)", f"{r['emu_e2e_s']:.3f} s", f"{r['emu_events_per_s']:,.0f} events/s",
-              f"{r['emu_rows']:,} rows", f">= {TARGET_EVENTS_PER_S / 1e6:g}M/s", verdict(r["pass_events"]))
+    t.add_row("emu to Parquet, built at the end (e2e)", f"{r['emu_e2e_s']:.3f} s",
+              f"{r['emu_events_per_s']:,.0f} events/s", f"{r['emu_rows']:,} rows", "", "")
+    t.add_row("emu streaming Parquet (e2e)", f"{r['emu_streamed_e2e_s']:.3f} s",
+              f"{r['emu_streamed_events_per_s']:,.0f} events/s", f"{r['emu_rows']:,} rows",
+              f">= {TARGET_EVENTS_PER_S / 1e6:g}M/s", verdict(r["pass_events"]))
+    t.add_row("streamed file = built file", "", "", "same table" if r["emu_streamed_same_table"] else "differs", "",
+              verdict(r["emu_streamed_same_table"] and not r["emu_streamed_fallbacks"], "SAME", "FAIL"))
     tc = r["timed_run_check"]
     t.add_row("same schedule (timed)", "", f"max |d| {tc['max_abs_ns']} ns",
               f"{tc['tasks_differing']} tasks differ", "0", verdict(tc["same"], "SAME", "FAIL"))

@@ -13,6 +13,10 @@ What it measures, in one process:
   * peak RSS    `resource.getrusage(RUSAGE_SELF).ru_maxrss` after the run (the process's high-water
                 mark, so it includes the two small calibration runs, which peak far lower).
 
+`--stream DIR` runs the same job writing its trace into DIR while it runs (`scenarios.run(...,
+trace_path=DIR)`, see runtime_emu.streaming): the wall time then includes the Parquet write, the
+events are counted from the files, and the peak RSS shows what the recorder no longer holds.
+
 `--no-gc` runs the measured run with Python's cyclic garbage collector disabled (`gc.disable()`),
 to show what its passes over the growing recording cost; the default keeps it on, as a user's
 program would.
@@ -26,6 +30,7 @@ Run (from the repo root, with the dev venv):
     python benchmarks/bench_scale.py --events 1000000         # a quick look
     python benchmarks/bench_scale.py --write /tmp/scale --json bench_scale.json
     python benchmarks/bench_scale.py --no-gc                  # the same without the cyclic GC
+    python benchmarks/bench_scale.py --stream /tmp/scale      # written while it runs
 
 It prints a table and exits 0; it is a measurement, not a test.
 """
@@ -61,6 +66,25 @@ def plan(target: int, layers: int) -> tuple[int, int, int]:
     one, two = events(layers, 1), events(layers, 2)
     per_step = two - one
     return max(1, math.ceil((target - one) / per_step) + 1), one, per_step
+
+
+def measure_streamed(layers: int, steps: int, out: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    if out.exists():
+        shutil.rmtree(out)
+    t0 = time.perf_counter()
+    result = scenarios.run(SCENARIO, layers=layers, steps=steps, trace_path=out)
+    wall = time.perf_counter() - t0
+    files = sorted(out.rglob("*.parquet"))
+    row = {"scenario": SCENARIO, "ranks": len(files), "layers": layers, "steps": steps,
+           "events": sum(pq.ParquetFile(f).metadata.num_rows for f in files), "wall_s": wall, "gc": True,
+           "streamed": True, "stream_fallback": result.stream_fallback,
+           "parquet_bytes": sum(f.stat().st_size for f in files)}
+    row["events_per_s"] = row["events"] / wall
+    del result
+    row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return row
 
 
 def measure(layers: int, steps: int, write: Path | None, use_gc: bool = True) -> dict:
@@ -102,6 +126,9 @@ def show(row: dict, planned: tuple[int, int, int], target: int) -> None:
     console.print(f"calibration: {one:,} events for 1 step, {per_step:,} per further step at {row['layers']} layers")
     if "write_s" in row:
         console.print(f"Parquet write: {row['write_s']:.1f} s, {row['parquet_bytes'] / 2**20:.1f} MiB")
+    if row.get("streamed"):
+        console.print(f"streamed while running (wall time includes the write): {row['parquet_bytes'] / 2**20:.1f} MiB"
+                      + (f"; fell back: {row['stream_fallback']}" if row["stream_fallback"] else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,9 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, help="also write the rank-partitioned Parquet here and time it")
     parser.add_argument("--json", type=Path, help="write the measurement as JSON here")
     parser.add_argument("--no-gc", action="store_true", help="disable the cyclic garbage collector for the run")
+    parser.add_argument("--stream", type=Path, metavar="DIR", help="write the trace into DIR while the job runs")
     args = parser.parse_args(argv)
+    if args.stream and (args.write or args.no_gc):
+        parser.error("--stream goes alone (it writes the trace itself, with the collector on)")
     planned = plan(args.events, args.layers)
-    row = measure(args.layers, planned[0], args.write, use_gc=not args.no_gc)
+    if args.stream:
+        row = measure_streamed(args.layers, planned[0], args.stream)
+    else:
+        row = measure(args.layers, planned[0], args.write, use_gc=not args.no_gc)
     show(row, planned, args.events)
     if args.json:
         save_json(args.json, row)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 #: The running greenlet (Final: compiled code calls it without a module attribute lookup).
 _getcurrent: Final = greenlet.getcurrent
 
+#: `busy_from` of a thread whose call in progress records no row at its start (a join).
+NO_ROW_PENDING: Final = 1 << 62
+
 READY: Final = "ready"
 RUNNING: Final = "running"
 BLOCKED: Final = "blocked"
@@ -39,7 +42,8 @@ def runtime_of_current_thread() -> "Runtime | None":
 
 
 class HostThread:
-    __slots__ = ("glet", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name")
+    __slots__ = ("glet", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name",
+                 "busy_from")
 
     def __init__(self, glet: Any, tid: int, clock: int, rank: int = 0) -> None:
         self.glet = glet
@@ -53,6 +57,7 @@ class HostThread:
         self.rank = rank
         self.step: int | None = None
         self.name = f"Thread {tid}"
+        self.busy_from = clock  # the clock when the thread's latest runtime call began
 
 
 class Coordinator:
@@ -90,6 +95,7 @@ class Coordinator:
     # ---------------------------------------------------------------- turns
     def enter(self, th: HostThread) -> None:
         """Called at every runtime call: wait for this thread's turn at its clock."""
+        th.busy_from = th.clock
         if self.live <= 1:
             self.rt.engine.run_until(th.clock)
             return
@@ -210,6 +216,7 @@ class Thread:
             raise RuntimeError("join() of a thread that was never started")
         rt = self._rt
         me = rt._enter()
+        me.busy_from = NO_ROW_PENDING  # a join records nothing: it holds back no trace rows meanwhile
         host = self._host
         rt.coord.block(me, lambda: host.state == DONE, f"join of host thread {host.tid}")
         if self._exc is not None:

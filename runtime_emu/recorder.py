@@ -108,6 +108,41 @@ class Recorder:
             return None
         return np.frombuffer(packed, dtype=np.int64).reshape(-1, width)
 
+    def take(self) -> "Chunk":
+        """All rows recorded so far (the buffers are emptied)."""
+        chunk = Chunk(self.rows, {name: self._buffer(name, width) for name, width, _ in _BUFFERS},
+                      list(self.strings))
+        self.rows = []
+        return chunk
+
+    def cut(self, before: int, floor: int) -> "Chunk | None":
+        """Remove and return the rows with ts < `before`, for writing while recording goes on.
+
+        Rows before an earlier cut were written already, so every row still buffered must have
+        ts >= `floor` (that cut's `before`); when one does not (a row recorded late, such as
+        a thread name given after the first cut), nothing is removed and None is returned."""
+        if any(row[4] < floor for row in self.rows):
+            return None
+        views = {}
+        for name, width, ts_col in _BUFFERS:
+            packed = getattr(self, name)
+            rows = np.frombuffer(packed, dtype=np.int64).reshape(-1, width) if packed else None
+            if rows is not None and rows[:, ts_col].min() < floor:
+                return None
+            views[name] = rows
+        out: dict[str, np.ndarray | None] = {}
+        for name, _width, ts_col in _BUFFERS:
+            rows = views[name]
+            if rows is None:
+                out[name] = None
+                continue
+            early = rows[:, ts_col] < before
+            out[name] = rows[early] if early.any() else None
+            setattr(self, name, bytearray(rows[~early].tobytes()))  # the rest, in recording order
+        full = [row for row in self.rows if row[4] < before]
+        self.rows = [row for row in self.rows if row[4] >= before]
+        return Chunk(full, out, list(self.strings))
+
     def code(self, text: str) -> int:
         """A small integer standing for `text` in the numeric buffers (`strings[text]` is the same)."""
         return self.strings[text]
@@ -138,14 +173,33 @@ class Recorder:
     # ------------------------------------------------------------------ finishing
     def to_trace(self, meta: TraceMeta) -> Trace:
         """All rows as one sorted, typed trace table (the buffers are emptied)."""
-        strings = pa.array(sorted(self.strings, key=self.strings.__getitem__), pa.string())
+        return self.take().to_trace(meta)
+
+
+#: The packed buffers: name, int64 fields per row, index of the ts field.
+_BUFFERS = (("tasks", TASK_W, 4), ("apis", API_W, 4), ("flows", FLOW_W, 2), ("counters", COUNTER_W, 3))
+
+
+class Chunk:
+    """Rows taken out of a recorder: full rows, the packed buffers as arrays, the string table."""
+
+    def __init__(self, rows: list[tuple], buffers: dict[str, np.ndarray | None], strings: list[str]) -> None:
+        self.rows = rows
+        self.buffers = buffers
+        self.strings = strings
+
+    def __len__(self) -> int:
+        return len(self.rows) + sum(len(b) for b in self.buffers.values() if b is not None)
+
+    def to_trace(self, meta: TraceMeta) -> Trace:
+        """The rows as one sorted, typed trace table."""
+        strings = pa.array(self.strings, pa.string())
+        b = self.buffers
         # Full rows first: metadata (process / thread names) then leads each time group.
-        parts = [t for t in (_rows_table(self.rows),
-                             _tasks_table(self._buffer("tasks", TASK_W), strings),
-                             _apis_table(self._buffer("apis", API_W), strings),
-                             _flows_table(self._buffer("flows", FLOW_W)),
-                             _counters_table(self._buffer("counters", COUNTER_W), strings)) if t is not None]
-        self.rows = []
+        parts = [t for t in (_rows_table(self.rows), _tasks_table(b["tasks"], strings),
+                             _apis_table(b["apis"], strings), _flows_table(b["flows"]),
+                             _counters_table(b["counters"], strings)) if t is not None]
+        self.rows, self.buffers = [], {}
         table = pa.concat_tables(parts) if parts else _table(0, {})
         cols = {name: table.column(name) for name in COLUMN_NAMES}
         del table, parts

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import operator
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Iterator
 
@@ -51,6 +50,7 @@ from runtime_emu.recorder import (
     LINKS_PID,
     NULL,
     TASK_ROW,
+    TASK_W,
     U_BYTES,
     U_DEPTH,
     Recorder,
@@ -73,6 +73,9 @@ _COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
 PINNED_BASE: Final = 0x7F00_0000_0000
 DEVICE_SPAN: Final = 1 << 40
 HOST_MEMCPY_GBPS: Final = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
+#: Streaming: task rows recorded between two cuts of the recorder (about 6x as many rows in all).
+CUT_TASK_ROWS: Final = 16_384
+_NEVER: Final = 1 << 62  # a ts no row reaches
 
 # Public API arguments come from user programs. The runtime checks them itself and raises the
 # AclError the real runtime would; compiled code (mypyc checks annotated argument types on entry)
@@ -92,12 +95,28 @@ def _integer(value: Any, what: str) -> int:
         raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what} must be an integer, got {value!r}") from None
 
 
-@dataclass
 class EmuResult:
-    """What one emulation produced: the trace table and the ground truth (for tests only)."""
+    """What one emulation produced: the trace table and the ground truth (for tests only).
 
-    trace: Trace
-    ground_truth: dict[str, Any] = field(default_factory=dict)
+    A run streamed to Parquet (`Runtime(trace_path=...)`) has its table on disk at
+    `trace_path`; `trace` reads it back on first use. `stream_fallback` says why streaming
+    had to stop early, if it did (the output is complete and sorted either way)."""
+
+    def __init__(self, trace: Trace | None = None, ground_truth: dict[str, Any] | None = None, *,
+                 trace_path: Path | None = None, stream_fallback: str | None = None) -> None:
+        self._trace = trace
+        self.ground_truth: dict[str, Any] = ground_truth if ground_truth is not None else {}
+        self.trace_path = trace_path
+        self.stream_fallback = stream_fallback
+
+    @property
+    def trace(self) -> Trace:
+        if self._trace is None:
+            from msprof_py.trace import read_trace
+
+            assert self.trace_path is not None, "an emulation result has its trace or its trace path"
+            self._trace = read_trace(self.trace_path)
+        return self._trace
 
     def save(self, directory: str | Path) -> Path:
         """Write `trace/` (Parquet, partitioned by rank) and `ground_truth.json` into directory."""
@@ -119,7 +138,11 @@ class Runtime:
 
     def __init__(self, *, seed: int = 0, preset: "str | Preset" = "910B3", devices: int = 1, ranks: int = 1,
                  topology: "Topology | None" = None, switches: Switches | None = None, preemption: bool = False,
-                 batch_mode: bool = False, queue_depth_counters: bool = True) -> None:
+                 batch_mode: bool = False, queue_depth_counters: bool = True,
+                 trace_path: "str | Path | None" = None, trace_cut_tasks: int = CUT_TASK_ROWS) -> None:
+        """`trace_path`: write the trace to this Parquet file (one-rank jobs) or rank-partitioned
+        directory while the program runs (see runtime_emu.streaming); finish() completes it.
+        `trace_cut_tasks`: device-task rows recorded between two cuts of rows for the writer."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.engine = Engine()
@@ -159,6 +182,22 @@ class Runtime:
         self.gt_host_blocks: list[tuple] = []
         self.problems: list[dict[str, Any]] = []
         self.finished = False
+        #: Starts of the ProfilerStep ranges still open (their rows are recorded at the end).
+        self._open_steps: list[int] = []
+        #: Streaming the trace out while running: the writer, the recorder size (bytes of task
+        #: rows) at which to cut next, and the ts every row still to come is at or after.
+        self._stream: Any = None
+        self._cut_base = max(1, trace_cut_tasks)  # rows (task rows, and full rows) between cuts
+        self._cut_every = self._cut_base
+        self._cut_at = 0  # bytes of task rows at which to cut next (0: not streaming)
+        self._cut_rows_at = 0  # full rows at which to cut next
+        self._cut_floor = 0
+        if trace_path is not None:
+            from runtime_emu.streaming import TraceStream
+
+            self._stream = TraceStream(trace_path, self.world_size)
+            self._cut_at = self._cut_base * TASK_W * 8
+            self._cut_rows_at = self._cut_base
 
     # ================================================================ setup
     def _add_device(self, rank: int, dev_id: int, preset: Preset, preemption: bool, batch_mode: bool) -> Device:
@@ -367,6 +406,48 @@ class Runtime:
                 self.recorder.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, now, stream.pending, U_DEPTH,
                                                       dev.id, stream.id, NULL)
         self._advance(stream)
+        if self._cut_at and (len(self.recorder.tasks) >= self._cut_at or len(self.recorder.rows) >= self._cut_rows_at):
+            self._cut()
+
+    def _cut(self) -> None:
+        """Hand the rows no later row can precede to the trace writer (streaming only)."""
+        before = self._watermark()
+        rec = self.recorder
+        held = len(rec)
+        taken = 0
+        if before > self._cut_floor:
+            chunk = rec.cut(before, self._cut_floor)
+            if chunk is None:
+                # A row arrived with a ts before an earlier cut: stop streaming; finish() merges.
+                self._stream.fallback = "a row was recorded after rows later than it had been written"
+                self._cut_at = 0
+                return
+            self._cut_floor = before
+            taken = len(chunk)
+            self._stream.submit(chunk)
+        # While the watermark lags (a long step, a long-running task) most rows stay: try less
+        # often, so the rows left over are not copied again at every try.
+        self._cut_every = self._cut_base if 2 * taken >= held else min(2 * self._cut_every, 64 * self._cut_base)
+        self._cut_at = len(rec.tasks) + self._cut_every * TASK_W * 8
+        self._cut_rows_at = len(rec.rows) + self._cut_every
+
+    def _watermark(self) -> int:
+        """The earliest ts a row recorded from now on can have: no earlier than the engine's
+        clock, the start of any host call in progress, device task running or step open."""
+        w = self.engine.now
+        for th in self.coord.order:
+            if th.state != "done" and th.busy_from < w:
+                w = th.busy_from
+        for dev in self.devices.values():
+            for stream in dev.streams.values():
+                if stream.queue:
+                    start = stream.queue[0].start_ns
+                    if 0 <= start < w:
+                        w = start
+        for t0 in self._open_steps:
+            if t0 < w:
+                w = t0
+        return w
 
     def _record_task(self, task: Task, end: int) -> None:
         stream = task.stream
@@ -790,10 +871,12 @@ class Runtime:
         self._step_next[(th.rank, th.tid)] = n + 1
         t0 = th.clock
         outer, th.step = th.step, n
+        self._open_steps.append(t0)
         try:
             yield n
         finally:
             th.step = outer
+            self._open_steps.remove(t0)
             self.recorder.rows.append((th.rank, "X", f"ProfilerStep#{n}", "user_annotation", t0, th.clock - t0,
                                        host_pid(th.rank), th.tid, None, None, None, "step", None, None, None, None,
                                        None, None, n))
@@ -845,6 +928,13 @@ class Runtime:
             extra["topology"] = self.topology.describe()
         meta = TraceMeta(origin_ns=0, source_format="emulator", producer="msprof-py runtime_emu",
                          world_size=self.world_size, extra=extra)
+        if self._stream is not None:
+            stream, self._stream, self._cut_at = self._stream, None, 0
+            rest = self.recorder.cut(_NEVER, self._cut_floor) if stream.fallback is None else None
+            if rest is None and stream.fallback is None:
+                stream.fallback = "a row was recorded after rows later than it had been written"
+            rebuilt = stream.close(meta, rest if rest is not None else self.recorder.take())
+            return EmuResult(rebuilt, self.ground_truth(), trace_path=stream.path, stream_fallback=stream.fallback)
         trace = self.recorder.to_trace(meta)
         return EmuResult(trace=trace, ground_truth=self.ground_truth())
 

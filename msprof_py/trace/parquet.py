@@ -86,10 +86,14 @@ DICTIONARY_COLUMNS = ("rank", "ph", "name", "cat", "pid", "tid", "kind", "device
 NO_STATISTICS_COLUMNS = ("id", "args", "extra")
 
 
+def parquet_options(columns: list[str]) -> dict:
+    """The Parquet writer options of a trace table with these columns (write_table or ParquetWriter)."""
+    return {"compression": "zstd", "use_dictionary": [c for c in DICTIONARY_COLUMNS if c in columns],
+            "write_statistics": [c for c in columns if c not in NO_STATISTICS_COLUMNS]}
+
+
 def _write_file(table: pa.Table, path: str | Path) -> None:
-    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                   use_dictionary=[c for c in DICTIONARY_COLUMNS if c in table.column_names],
-                   write_statistics=[c for c in table.column_names if c not in NO_STATISTICS_COLUMNS])
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.column_names))
 
 
 def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
@@ -107,7 +111,9 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
             t = pf.read(columns=columns)
         except (pa.ArrowInvalid, OSError) as exc:
             raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
-        md = (pf.schema_arrow.metadata or {}).get(META_KEY)
+        # The footer's key-value metadata first: a streamed file gets its metadata there when it
+        # is closed (its Arrow schema was written when it was opened).
+        md = (pf.metadata.metadata or {}).get(META_KEY) or (pf.schema_arrow.metadata or {}).get(META_KEY)
         if md is None:
             raise TraceFormatError(f"{f}: Parquet file has no msprof-py metadata", hint="is this an msprof-py trace table?")
         if meta is None:

@@ -11,6 +11,7 @@ Every scenario also runs healthy (no switch); then it records no problem. Multi-
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable
 
@@ -38,8 +39,12 @@ def list_scenarios() -> list[Scenario]:
 
 
 def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | None = None,
-        ranks: int | None = None, **params: Any) -> EmuResult:
-    """Run scenario `name` with `switches` on; returns the trace and the ground truth."""
+        ranks: int | None = None, trace_path: str | Path | None = None, trace_cut_tasks: int | None = None,
+        **params: Any) -> EmuResult:
+    """Run scenario `name` with `switches` on; returns the trace and the ground truth.
+
+    `trace_path` streams the trace into that Parquet directory (or file, one rank) while the
+    scenario runs (Runtime's `trace_path`, `trace_cut_tasks`)."""
     scenario = SCENARIOS.get(name)
     if scenario is None:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(sorted(SCENARIOS))}")
@@ -47,6 +52,10 @@ def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | 
     options = scenario.runtime_options(cfg) if scenario.runtime_options else {}
     if not scenario.multi_rank:
         options.setdefault("ranks", cfg.ranks)
+    if trace_path is not None:
+        options["trace_path"] = trace_path
+        if trace_cut_tasks is not None:
+            options["trace_cut_tasks"] = trace_cut_tasks
     rt = Runtime(seed=seed, preset=cfg.preset, **options)
     scenario.program(rt, cfg)
     cfg.problems.flush(rt)

@@ -1,0 +1,210 @@
+"""Writing the trace to Parquet while the emulation runs, as msprof writes its data as it goes.
+
+Every so often the runtime cuts out of its recorder the rows no later row can precede: those
+with ts below a watermark, the earliest time a host call in progress, a running device task or
+an open step can still record. Each cut is sorted into a table at once and queued for a writer
+thread here, which appends it to the Parquet output as a row group while the emulation goes
+on (Parquet encodes and compresses without holding the GIL). The output holds the rows
+`write_trace(runtime.finish().trace, path)` would write, in the same order; the recorder holds
+only the rows since the last cut, and finish() is left with the last cut only.
+
+The table is sorted by (rank, ts), so one `.parquet` file is streamed only for a one-rank job; a
+multi-rank job streams into a rank-partitioned directory, one file per rank. Should a row turn
+up after a cut with an earlier ts (a stream or thread created and named mid-run, say),
+streaming stops: at the end the rows written so far are read back and sorted with the rest,
+so the output is still complete and sorted (rows with equal ts may then come in another
+order), and `fallback` says why.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msprof_py.errors import MsprofError
+from msprof_py.trace.atomic import file_mode, parent_dir
+from msprof_py.trace.parquet import ROW_GROUP_ROWS, parquet_options
+from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
+
+_DONE = object()
+_EMPTY = pa.table({})
+#: Rows a rank's file gathers before it writes them as one row group.
+MIN_GROUP_ROWS = 64 * 1024
+
+
+class TraceStream:
+    """A Parquet output written by a background thread from the chunks the runtime cuts."""
+
+    def __init__(self, path: str | Path, world_size: int) -> None:
+        self.path = Path(path)
+        self.single_file = self.path.suffix == ".parquet"
+        if self.single_file and world_size > 1:
+            raise MsprofError(f"{self.path}: a {world_size}-rank trace is sorted by rank first and cannot be streamed "
+                              "into one file", hint="give a directory (rank-partitioned output) instead")
+        parent = parent_dir(self.path)
+        if self.path.exists() and not self.single_file and (
+                not self.path.is_dir() or any(p for p in self.path.iterdir() if not p.name.startswith("rank="))):
+            raise MsprofError(f"{self.path}: exists and is not an msprof-py trace directory; choose another output")
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent))
+        # A program that dies before finish() leaves no half-written output behind.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
+        self._schema = arrow_schema()  # the metadata goes into the footer at close, when it is known
+        self._writers: dict[int, pq.ParquetWriter] = {}
+        self._pending: dict[int, list[pa.Table]] = {}  # per rank: rows not yet in a row group
+        self._jobs: queue.Queue = queue.Queue(maxsize=4)  # a slow disk holds the runtime back, not memory
+        self._error: BaseException | None = None
+        self.fallback: str | None = None
+        self.rows_written = 0
+        self._thread = threading.Thread(target=self._work, name="msprof-py trace writer", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- runtime side
+    def submit(self, chunk: Any) -> None:
+        """Sort a chunk of rows (a recorder Chunk) into a table and queue it for writing.
+
+        The table is built here, in the runtime's thread: built in the writer thread it would
+        wait for the GIL at each of its many steps while the emulation holds it."""
+        if self._error is None:
+            self._jobs.put(chunk.to_trace(TraceMeta()).table)
+
+    def close(self, meta: TraceMeta, rest: Any) -> Trace | None:
+        """Write `rest` (the rows never cut), finish the files and move them into place.
+
+        Returns the whole trace when it had to be rebuilt in memory (after a fallback), else None
+        (the caller reads the output back when it needs the table)."""
+        try:
+            if self.fallback is None:
+                self.submit(rest)
+            self._jobs.put(_DONE)
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+            if self.fallback is not None:
+                return self._merge(meta, rest)
+            self._flush_pending()
+            if not self._writers:
+                self._writer(0)  # nothing recorded: still a readable (empty) trace
+            for writer in self._writers.values():
+                writer.add_key_value_metadata({META_KEY: meta.to_json().encode()})
+                writer.close()
+            self._writers.clear()
+            self._move_into_place()
+            return None
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the partial output (an emulation that failed, or after close)."""
+        if self._thread.is_alive():
+            self._error = self._error or RuntimeError("aborted")
+            self._jobs.put(_DONE)
+            self._thread.join()
+        for writer in self._writers.values():
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        self._writers.clear()
+        self._cleanup()
+
+    # ---------------------------------------------------------------- writer thread
+    def _work(self) -> None:
+        while True:
+            table = self._jobs.get()
+            if table is _DONE:
+                return
+            if self._error is not None:
+                continue  # drain: the runtime is told at close()
+            try:
+                self._write(table)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
+                self._error = exc
+
+    def _write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self.single_file:
+            self._append(0, table)
+        else:
+            ranks = table.column("rank")
+            for rank in pc.unique(ranks).to_pylist():
+                self._append(rank, table.filter(pc.equal(ranks, rank)))
+        self.rows_written += table.num_rows
+
+    def _append(self, rank: int, table: pa.Table, *, last: bool = False) -> None:
+        """Add rows to a rank's file, a row group once MIN_GROUP_ROWS are pending (a cut split
+        over many ranks would otherwise make row groups too small to compress well)."""
+        pending = self._pending.setdefault(rank, [])
+        if table.num_rows:
+            pending.append(table.replace_schema_metadata(None))
+        if pending and (last or sum(t.num_rows for t in pending) >= MIN_GROUP_ROWS):
+            group = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+            pending.clear()
+            self._writer(rank).write_table(group, row_group_size=ROW_GROUP_ROWS)
+
+    def _flush_pending(self) -> None:
+        for rank in list(self._pending):
+            self._append(rank, _EMPTY, last=True)
+
+    def _writer(self, rank: int) -> pq.ParquetWriter:
+        writer = self._writers.get(rank)
+        if writer is None:
+            if self.single_file:
+                where = self._tmp / self.path.name
+            else:
+                (self._tmp / f"rank={rank}").mkdir()
+                where = self._tmp / f"rank={rank}" / "part-0.parquet"
+            writer = self._writers[rank] = pq.ParquetWriter(where, self._schema, **parquet_options(self._schema.names))
+        return writer
+
+    # ---------------------------------------------------------------- finishing
+    def _files(self) -> list[Path]:
+        return sorted(self._tmp.rglob("*.parquet"))
+
+    def _merge(self, meta: TraceMeta, rest: Any) -> Trace:
+        """After a fallback: the rows written so far plus the rest, sorted as one table."""
+        from msprof_py.trace.schema import build_table
+
+        self._flush_pending()
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+        written = [pq.read_table(f) for f in self._files()]
+        tail = rest.to_trace(meta).table
+        table = pa.concat_tables([*(t.cast(tail.schema) for t in written), tail]) if written else tail
+        trace = build_table({name: table.column(name) for name in table.column_names}, meta)
+        from msprof_py.trace import write_trace
+
+        write_trace(trace, self.path)
+        return trace
+
+    def _move_into_place(self) -> None:
+        os.chmod(self._tmp, file_mode() | 0o111)
+        if self.single_file:
+            src = self._tmp / self.path.name
+            os.chmod(src, file_mode())
+            os.replace(src, self.path)
+            return
+        for sub in self._tmp.iterdir():
+            os.chmod(sub, file_mode() | 0o111)
+            for f in sub.iterdir():
+                os.chmod(f, file_mode())
+        if self.path.exists():
+            old = self.path.with_name(f".{self.path.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(self.path, old)
+            os.replace(self._tmp, self.path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self._tmp, self.path)

@@ -1,0 +1,107 @@
+"""Streaming the trace to Parquet while the emulation runs (Runtime(trace_path=...)): the same
+table as building it at the end, refused where it cannot be sorted, nothing left behind on failure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from msprof_py.errors import MsprofError
+from msprof_py.trace import read_trace, write_trace
+from runtime_emu import Kernel, Runtime, scenarios
+from runtime_emu.scenarios.samples import SAMPLES
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES_DIR = ROOT / "sample_traces" / "emulated"
+KERNELS = [Kernel("MatMul", 12_170), Kernel("Add", 3_270, core="vector"), Kernel("Conv2D", 15_430)]
+
+
+def _program(rt: Runtime, launches: int) -> None:
+    rt.set_device(0)
+    streams = [rt.create_stream(priority=p) for p in (0, 1, 0)]
+    for i in range(launches):
+        rt.launch_kernel(KERNELS[i % 3], 1 + i % 37, streams[i % 3])
+    rt.synchronize_device()
+
+
+@pytest.mark.parametrize("name, fallback", [
+    ("resnet50-infer", None),
+    ("yolo-pipeline-no-triple-buffer", None),
+    ("llm-train-2server-slow-link", None),  # 16 ranks, 2 servers: one file per rank
+    # Its prefetch stream is created (and named) mid-run, after the first cut at this cut size.
+    ("bert-train-dp-bandwidth-contention", "a row was recorded after rows later than it had been written"),
+])
+def test_streamed_scenarios_write_the_committed_sample_tables(tmp_path, name, fallback):
+    sample = next(s for s in SAMPLES if s.name == name)
+    out = tmp_path / "trace"
+    result = scenarios.run(sample.scenario, switches=sample.switches, seed=sample.seed, steps=sample.steps,
+                           trace_path=out, trace_cut_tasks=64, **sample.params)
+    assert result.stream_fallback == fallback
+    assert result.trace_path == out
+    committed = read_trace(SAMPLES_DIR / name / "trace")
+    streamed = read_trace(out)
+    assert streamed.table.equals(committed.table)
+    assert streamed.meta == committed.meta
+    assert result.trace.table.equals(committed.table)
+    assert [p.name for p in tmp_path.iterdir()] == ["trace"]  # no temporary directory left
+
+
+def test_one_rank_job_streams_into_one_file_in_row_groups_as_it_runs(tmp_path):
+    plain = Runtime(seed=1)
+    _program(plain, 15_000)
+    write_trace(plain.finish().trace, tmp_path / "plain.parquet")
+
+    rt = Runtime(seed=1, trace_path=tmp_path / "streamed.parquet", trace_cut_tasks=500)
+    _program(rt, 15_000)
+    # Cuts happen while the program runs: most rows have left the recorder before finish().
+    assert len(rt.recorder) < 20_000  # of 90k: the host runs ahead of the device by up to a queue of rows
+    result = rt.finish()
+    assert result.stream_fallback is None
+    streamed, expected = read_trace(tmp_path / "streamed.parquet"), read_trace(tmp_path / "plain.parquet")
+    assert streamed.table.equals(expected.table) and streamed.meta == expected.meta
+    assert streamed.table.num_rows == 90_021  # 6 per launch; 5 API slices; 16 process/thread names
+    # Cuts of ~3k rows gather into a row group of >= 64 Ki rows; the rest is written at finish().
+    meta = pq.ParquetFile(tmp_path / "streamed.parquet").metadata
+    first, *rest = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert 65_536 <= first < 90_021 and rest == [90_021 - first]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.parquet", "streamed.parquet"]
+
+
+def test_an_empty_run_streams_a_readable_empty_trace(tmp_path):
+    rt = Runtime(trace_path=tmp_path / "t.parquet", switches=None)
+    result = rt.finish()
+    table = read_trace(tmp_path / "t.parquet").table
+    assert table.num_rows == result.trace.table.num_rows == 8  # device and host process, stream 0 names
+    assert set(table.column("ph").to_pylist()) == {"M"}
+
+
+def test_a_multi_rank_job_is_not_streamed_into_one_file(tmp_path):
+    with pytest.raises(MsprofError, match="2-rank trace is sorted by rank first and cannot be streamed into one file"):
+        Runtime(ranks=2, trace_path=tmp_path / "t.parquet")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_streaming_into_a_directory_that_is_not_a_trace_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(MsprofError, match="exists and is not an msprof-py trace directory"):
+        Runtime(trace_path=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_a_program_that_fails_leaves_no_output_behind(tmp_path):
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_emu_streaming import _program\n"
+        "from runtime_emu import Runtime\n"
+        f"rt = Runtime(trace_path={str(tmp_path / 'out.parquet')!r}, trace_cut_tasks=100)\n"
+        "_program(rt, 2_000)\n"
+        "assert len(rt.recorder) < 2_000  # rows were cut and written\n"
+        "raise SystemExit('the program failed before finish()')\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "the program failed before finish()" in run.stderr
+    assert list(tmp_path.iterdir()) == []
