@@ -33,7 +33,12 @@ import pyarrow.parquet as pq
 
 from msprof_py.errors import MsprofError
 from msprof_py.trace.atomic import file_mode, parent_dir
-from msprof_py.trace.parquet import ROW_GROUP_ROWS, parquet_options
+from msprof_py.trace.parquet import (
+    ROW_GROUP_ROWS,
+    check_trace_directory,
+    move_directory_into_place,
+    parquet_options,
+)
 from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
 
 _DONE = object()
@@ -52,9 +57,8 @@ class TraceStream:
             raise MsprofError(f"{self.path}: a {world_size}-rank trace is sorted by rank first and cannot be streamed "
                               "into one file", hint="give a directory (rank-partitioned output) instead")
         parent = parent_dir(self.path)
-        if self.path.exists() and not self.single_file and (
-                not self.path.is_dir() or any(p for p in self.path.iterdir() if not p.name.startswith("rank="))):
-            raise MsprofError(f"{self.path}: exists and is not an msprof-py trace directory; choose another output")
+        if not self.single_file:
+            check_trace_directory(self.path)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=parent))
         # A program that dies before finish() leaves no half-written output behind.
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
@@ -189,22 +193,9 @@ class TraceStream:
         return trace
 
     def _move_into_place(self) -> None:
-        os.chmod(self._tmp, file_mode() | 0o111)
         if self.single_file:
             src = self._tmp / self.path.name
             os.chmod(src, file_mode())
             os.replace(src, self.path)
-            return
-        for sub in self._tmp.iterdir():
-            os.chmod(sub, file_mode() | 0o111)
-            for f in sub.iterdir():
-                os.chmod(f, file_mode())
-        if self.path.exists():
-            old = self.path.with_name(f".{self.path.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(self.path, old)
-            os.replace(self._tmp, self.path)
-            shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(self._tmp, self.path)
+            move_directory_into_place(self._tmp, self.path)

@@ -42,6 +42,7 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
             with atomic_file(path) as tmp:
                 _write_file(table, tmp)
             return path
+        check_trace_directory(path)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
         try:
             ranks = pc.unique(table.column("rank")).to_pylist()
@@ -49,30 +50,40 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
                 part = table.filter(pc.equal(table.column("rank"), rank))
                 (tmpdir / f"rank={rank}").mkdir()
                 _write_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
-            os.chmod(tmpdir, file_mode() | 0o111)
-            for sub in tmpdir.iterdir():
-                os.chmod(sub, file_mode() | 0o111)
-                for f in sub.iterdir():
-                    os.chmod(f, file_mode())
-            if path.exists():
-                if not path.is_dir() or any(p for p in path.iterdir() if not p.name.startswith("rank=")):
-                    raise MsprofError(f"{path}: exists and is not an msprof-py trace directory; choose another output")
-                # A directory cannot be replaced in one rename: move the old one aside first, so
-                # a crash leaves either the old or the new trace (the old under .old), never a mix.
-                old = path.with_name(f".{path.name}.old")
-                if old.exists():
-                    shutil.rmtree(old)
-                os.replace(path, old)
-                os.replace(tmpdir, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmpdir, path)
+            move_directory_into_place(tmpdir, path)
         finally:
             if tmpdir.exists():
                 shutil.rmtree(tmpdir, ignore_errors=True)
         return path
     except PermissionError:
         raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
+
+
+def check_trace_directory(path: Path) -> None:
+    """Refuse to replace anything but a rank-partitioned trace directory."""
+    if path.exists() and (not path.is_dir() or any(p for p in path.iterdir() if not p.name.startswith("rank="))):
+        raise MsprofError(f"{path}: exists and is not an msprof-py trace directory; choose another output")
+
+
+def move_directory_into_place(tmpdir: Path, path: Path) -> None:
+    """Give a finished temporary trace directory its modes and name (replacing an old trace)."""
+    os.chmod(tmpdir, file_mode() | 0o111)
+    for sub in tmpdir.iterdir():
+        os.chmod(sub, file_mode() | 0o111)
+        for f in sub.iterdir():
+            os.chmod(f, file_mode())
+    check_trace_directory(path)
+    if path.exists():
+        # A directory cannot be replaced in one rename: move the old one aside first, so a
+        # crash leaves either the old or the new trace (the old under .old), never a mix.
+        old = path.with_name(f".{path.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(path, old)
+        os.replace(tmpdir, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmpdir, path)
 
 
 #: Columns with few distinct values, worth Parquet dictionary encoding. Timestamps, ids and
