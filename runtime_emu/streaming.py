@@ -68,7 +68,6 @@ class TraceStream:
         self._jobs: queue.Queue = queue.Queue(maxsize=4)  # a slow disk holds the runtime back, not memory
         self._error: BaseException | None = None
         self.fallback: str | None = None
-        self.rows_written = 0
         self._thread = threading.Thread(target=self._work, name="msprof-py trace writer", daemon=True)
         self._thread.start()
 
@@ -143,7 +142,6 @@ class TraceStream:
             ranks = table.column("rank")
             for rank in pc.unique(ranks).to_pylist():
                 self._append(rank, table.filter(pc.equal(ranks, rank)))
-        self.rows_written += table.num_rows
 
     def _append(self, rank: int, table: pa.Table, *, last: bool = False) -> None:
         """Add rows to a rank's file, a row group once MIN_GROUP_ROWS are pending (a cut split
