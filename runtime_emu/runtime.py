@@ -12,7 +12,7 @@ import contextlib
 import operator
 import random
 from pathlib import Path
-from typing import Any, Final, Iterator
+from typing import Any, Callable, Final, Iterator
 
 import greenlet
 
@@ -100,14 +100,24 @@ class EmuResult:
 
     A run streamed to Parquet (`Runtime(trace_path=...)`) has its table on disk at
     `trace_path`; `trace` reads it back on first use. `stream_fallback` says why streaming
-    had to stop early, if it did (the output is complete and sorted either way)."""
+    had to stop early, if it did (the output is complete and sorted either way). The ground
+    truth may be given as the function that makes it: it is made on first use (most runs are
+    profiled, not scored)."""
 
-    def __init__(self, trace: Trace | None = None, ground_truth: dict[str, Any] | None = None, *,
+    def __init__(self, trace: Trace | None = None,
+                 ground_truth: "dict[str, Any] | Callable[[], dict[str, Any]] | None" = None, *,
                  trace_path: Path | None = None, stream_fallback: str | None = None) -> None:
         self._trace = trace
-        self.ground_truth: dict[str, Any] = ground_truth if ground_truth is not None else {}
+        self._ground_truth = ground_truth if ground_truth is not None else {}
         self.trace_path = trace_path
         self.stream_fallback = stream_fallback
+
+    @property
+    def ground_truth(self) -> dict[str, Any]:
+        made = self._ground_truth
+        if callable(made):
+            made = self._ground_truth = made()
+        return made
 
     @property
     def trace(self) -> Trace:
@@ -934,9 +944,9 @@ class Runtime:
             if rest is None and stream.fallback is None:
                 stream.fallback = "a row was recorded after rows later than it had been written"
             rebuilt = stream.close(meta, rest if rest is not None else self.recorder.take())
-            return EmuResult(rebuilt, self.ground_truth(), trace_path=stream.path, stream_fallback=stream.fallback)
+            return EmuResult(rebuilt, self.ground_truth, trace_path=stream.path, stream_fallback=stream.fallback)
         trace = self.recorder.to_trace(meta)
-        return EmuResult(trace=trace, ground_truth=self.ground_truth())
+        return EmuResult(trace=trace, ground_truth=self.ground_truth)  # made when first asked for
 
     def _gt_column(self, field_name: str) -> list[Any]:
         return self._gt[_GT_FIELDS.index(field_name)::len(_GT_FIELDS)]
