@@ -194,7 +194,8 @@ class Chunk:
     def to_trace(self, meta: TraceMeta) -> Trace:
         """The rows as one sorted, typed trace table."""
         strings = pa.array(self.strings, pa.string())
-        b = self.buffers
+        # Column-major: each field a contiguous array, which Arrow takes without a strided copy.
+        b = {name: None if rows is None else np.asfortranarray(rows) for name, rows in self.buffers.items()}
         # Full rows first: metadata (process / thread names) then leads each time group.
         parts = [t for t in (_rows_table(self.rows), _tasks_table(b["tasks"], strings),
                              _apis_table(b["apis"], strings), _flows_table(b["flows"]),
