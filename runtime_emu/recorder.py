@@ -14,9 +14,10 @@ from typing import Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 
-from msprof_py.trace.schema import COLUMN_NAMES, Trace, TraceMeta, build_table
+from msprof_py.trace.schema import COLUMN_NAMES, Trace, TraceMeta, arrow_schema, canonical_dictionaries
 
 #: Process ids: one host process per rank, one device process per (rank, device), one for links.
 HOST_PID_BASE: Final = 1_000_000
@@ -202,9 +203,14 @@ class Chunk:
                              _counters_table(b["counters"], strings)) if t is not None]
         self.rows, self.buffers = [], {}
         table = pa.concat_tables(parts) if parts else _table(0, {})
-        cols = {name: table.column(name) for name in COLUMN_NAMES}
-        del table, parts
-        return build_table(cols, meta)
+        del parts
+        # build_table's stable (rank, ts) sort and canonical dictionaries, the sort applied to
+        # the whole table in one take (the parts already have the table's column types).
+        order = np.lexsort((table.column("ts").to_numpy(), table.column("rank").to_numpy()))
+        if not np.array_equal(order, np.arange(len(order))):
+            table = table.take(order)
+        table = canonical_dictionaries(table.combine_chunks())
+        return Trace(table=pa.Table.from_arrays(table.columns, schema=arrow_schema(meta)), meta=meta)
 
 
 def _meta(rank: int, pid: int, tid: int, name: str, args: str) -> tuple:
@@ -252,88 +258,107 @@ def _text(values) -> pa.Array:
     return arr.cast(pa.string())
 
 
-def _join(*parts) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, "")
-
-
-def _ints(col: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
-    """A numeric buffer column as Arrow, NULL (-1) as null."""
-    null = col == NULL
-    return pa.array(col, mask=null if null.any() else None).cast(typ or pa.int64())
-
-
 def _decode(col: np.ndarray, strings: pa.Array) -> pa.Array:
     """String codes as a dictionary column over all the recorder's strings."""
     return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int32)), strings)
 
 
-def _text_of(col: np.ndarray, strings: pa.Array) -> pa.Array:
-    """String codes as plain text (for building args)."""
-    return strings.take(pa.array(col))
+# A buffer's columns are computed by one Arrow (Acero) projection per buffer: the expressions
+# below run batch by batch in C++, in a single call that does not hold the GIL, so a cut built
+# in the writer thread barely competes with the emulation for it.
+def _field(i: int) -> pc.Expression:
+    return pc.field(f"c{i}")
+
+
+def _num(i: int, typ: pa.DataType | None = None) -> pc.Expression:
+    """Buffer field i as `typ` (int64 by default), NULL (-1) as null."""
+    typ = typ or pa.int64()
+    return pc.if_else(pc.equal(_field(i), NULL), pc.scalar(pa.scalar(None, typ)), _field(i).cast(typ))
+
+
+def _str(e: pc.Expression) -> pc.Expression:
+    return e.cast(pa.string())
+
+
+def _cat(*parts: "pc.Expression | str") -> pc.Expression:
+    """Text parts (expressions or literal strings) joined; null if any part is null."""
+    return pc.binary_join_element_wise(*[p if isinstance(p, pc.Expression) else pc.scalar(p) for p in parts],
+                                       pc.scalar(""))
+
+
+def _project(g: np.ndarray, outputs: dict[str, pc.Expression], **inputs: pa.Array) -> dict[str, pa.ChunkedArray]:
+    """Evaluate `outputs` over the buffer rows `g` (fields c0, c1, ...) and extra `inputs`."""
+    source = pa.table({**{f"c{i}": g[:, i] for i in range(g.shape[1])}, **inputs})
+    plan = acero.Declaration.from_sequence([
+        acero.Declaration("table_source", acero.TableSourceNodeOptions(source)),
+        acero.Declaration("project", acero.ProjectNodeOptions(list(outputs.values()), list(outputs)))])
+    out = plan.to_table(use_threads=False)
+    return {name: out.column(name) for name in outputs}
 
 
 def _tasks_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    n = len(g)
-    kind_np = g[:, 7].astype(np.int8)
-    stream_a, corr_a = _ints(g[:, 3], pa.int32()), _ints(g[:, 9])
-    head = _join('{"Task Type":"', _text_of(g[:, 8], strings), '","Stream Id":', _text(stream_a),
-                 ',"Task Id":', _text(corr_a))
-    bytes_a = _ints(g[:, 12])
-    tail_kernel = _join(',"Block Dim":', _text(pa.array(g[:, 10])), ',"Waves":', _text(pa.array(g[:, 11])), "}")
-    copy_code = np.maximum(g[:, 13], 0)
-    tail_copy = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), ',"Copy Kind":"', _text_of(copy_code, strings),
-                      '"}')
-    tail_set = _join(',"size(Byte)":', _text(pa.array(g[:, 12])), "}")
-    tail_event = _join(',"Event Id":', _text(pa.array(g[:, 14])), "}")
-    tail = pc.if_else(pa.array(kind_np == K_KERNEL), tail_kernel,
-                      pc.if_else(pa.array(kind_np == K_MEMCPY), tail_copy,
-                                 pc.if_else(pa.array(kind_np == K_MEMSET), tail_set, tail_event)))
-    kinds = pa.DictionaryArray.from_arrays(pa.array(kind_np.astype(np.int32)), pa.array(_TASK_KINDS, pa.string()))
-    return _table(n, {"rank": g[:, 0], "ph": "X", "name": _decode(g[:, 6], strings), "ts": g[:, 4], "dur": g[:, 5],
-                      "pid": g[:, 2], "tid": stream_a, "args": _join(head, tail), "kind": kinds,
-                      "device": _ints(g[:, 1], pa.int32()), "stream": stream_a, "corr": corr_a, "bytes": bytes_a,
-                      "step": _ints(g[:, 15], pa.int32())})
+    kind = _field(7)
+    stream = _num(3, pa.int32())
+    tail = pc.if_else(pc.equal(kind, K_KERNEL), _cat(',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}"),
+           pc.if_else(pc.equal(kind, K_MEMCPY), _cat(',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"',
+                                                     pc.field("copy_kind"), '"}'),
+           pc.if_else(pc.equal(kind, K_MEMSET), _cat(',"size(Byte)":', _str(_field(12)), "}"),
+                      _cat(',"Event Id":', _str(_field(14)), "}"))))
+    cols = _project(g, {
+        "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(2),
+        "tid": stream.cast(pa.int64()),
+        "args": _cat('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(stream), ',"Task Id":',
+                     _str(_num(9)), tail),
+        "device": _num(1, pa.int32()), "stream": stream, "corr": _num(9), "bytes": _num(12), "step": _num(15, pa.int32()),
+    }, task_type=strings.take(pa.array(g[:, 8])), copy_kind=strings.take(pa.array(np.maximum(g[:, 13], 0))))
+    kinds = pa.DictionaryArray.from_arrays(pa.array(g[:, 7].astype(np.int32)), pa.array(_TASK_KINDS, pa.string()))
+    return _table(len(g), {**cols, "ph": "X", "name": _decode(g[:, 6], strings), "kind": kinds})
 
 
 def _apis_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    n = len(g)
-    tid_a, stream_a, blocks_a = _ints(g[:, 2]), _ints(g[:, 8], pa.int32()), _ints(g[:, 12])
-    stream_part = pc.if_else(pc.is_valid(stream_a), _join(',"Stream Id":', _text(stream_a.fill_null(0))), "")
-    blocks_part = pc.if_else(pc.is_valid(blocks_a), _join(',"Block Dim":', _text(blocks_a.fill_null(0))), "")
-    args = _join('{"Thread Id":', _text(tid_a), stream_part, blocks_part, "}")
-    return _table(n, {"rank": g[:, 0], "ph": "X", "name": _decode(g[:, 3], strings), "cat": "AscendCL",
-                      "ts": g[:, 4], "dur": g[:, 5], "pid": g[:, 1], "tid": tid_a, "args": args,
-                      "kind": _decode(g[:, 6], strings), "device": _ints(g[:, 7], pa.int32()), "stream": stream_a,
-                      "corr": _ints(g[:, 9]), "bytes": _ints(g[:, 10]), "step": _ints(g[:, 11], pa.int32())})
+    tid = _num(2)
+    stream_part = pc.if_else(pc.equal(_field(8), NULL), pc.scalar(""), _cat(',"Stream Id":', _str(_field(8))))
+    blocks_part = pc.if_else(pc.equal(_field(12), NULL), pc.scalar(""), _cat(',"Block Dim":', _str(_field(12))))
+    cols = _project(g, {
+        "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(1), "tid": tid,
+        "args": _cat('{"Thread Id":', _str(tid), stream_part, blocks_part, "}"),
+        "device": _num(7, pa.int32()), "stream": _num(8, pa.int32()), "corr": _num(9), "bytes": _num(10),
+        "step": _num(11, pa.int32()),
+    })
+    return _table(len(g), {**cols, "ph": "X", "name": _decode(g[:, 3], strings), "cat": "AscendCL",
+                           "kind": _decode(g[:, 6], strings)})
 
 
 def _flows_table(g: np.ndarray | None) -> pa.Table | None:
     if g is None:
         return None
-    n = len(g)
-    finish = g[:, 1] == 1
-    corr_a = _ints(g[:, 5])
-    return _table(n, {"rank": g[:, 0], "ph": pa.DictionaryArray.from_arrays(pa.array(finish.astype(np.int32)),
-                                                                          pa.array(["s", "f"])),
-                      "name": "HostToDevice", "cat": "HostToDevice", "ts": g[:, 2], "pid": g[:, 3], "tid": g[:, 4],
-                      "id": _text(corr_a), "extra": pc.if_else(pa.array(finish), '{"bp":"e"}', pa.scalar(None, pa.string())),
-                      "kind": "flow", "device": _ints(g[:, 6], pa.int32()), "stream": _ints(g[:, 7], pa.int32()),
-                      "corr": corr_a, "step": _ints(g[:, 8], pa.int32())})
+    cols = _project(g, {
+        "rank": _field(0).cast(pa.int32()), "ts": _field(2), "pid": _field(3), "tid": _field(4),
+        "id": _str(_num(5)),
+        "extra": pc.if_else(pc.equal(_field(1), 1), pc.scalar('{"bp":"e"}'), pc.scalar(pa.scalar(None, pa.string()))),
+        "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()), "corr": _num(5), "step": _num(8, pa.int32()),
+    })
+    ph = pa.DictionaryArray.from_arrays(pa.array((g[:, 1] == 1).astype(np.int32)), pa.array(["s", "f"]))
+    return _table(len(g), {**cols, "ph": ph, "name": "HostToDevice", "cat": "HostToDevice", "kind": "flow"})
 
 
 def _counters_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    n = len(g)
-    keys = pa.array(['{"%s":' % u for u in _UNITS], pa.string()).take(pa.array(g[:, 5]))
-    return _table(n, {"rank": g[:, 0], "ph": "C", "name": _decode(g[:, 2], strings), "ts": g[:, 3], "pid": g[:, 1],
-                      "tid": 0, "args": _join(keys, _text(pa.array(g[:, 4])), "}"), "kind": "counter",
-                      "device": _ints(g[:, 6], pa.int32()), "stream": _ints(g[:, 7], pa.int32()),
-                      "value": g[:, 4].astype(np.float64), "step": _ints(g[:, 8], pa.int32())})
+    unit = _field(5)
+    key = pc.if_else(pc.equal(unit, U_DEPTH), pc.scalar('{"%s":' % _UNITS[U_DEPTH]),
+          pc.if_else(pc.equal(unit, U_BYTES), pc.scalar('{"%s":' % _UNITS[U_BYTES]),
+                     pc.scalar('{"%s":' % _UNITS[U_GBPS])))
+    cols = _project(g, {
+        "rank": _field(0).cast(pa.int32()), "ts": _field(3), "pid": _field(1), "args": _cat(key, _str(_field(4)), "}"),
+        "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()),
+        "value": _field(4).cast(pa.float64(), safe=False), "step": _num(8, pa.int32()),
+    })
+    return _table(len(g), {**cols, "ph": "C", "name": _decode(g[:, 2], strings), "tid": 0, "kind": "counter"})
 
 
 def _rows_table(rows: list[tuple]) -> pa.Table | None:

@@ -2,11 +2,18 @@
 
 Every so often the runtime cuts out of its recorder the rows no later row can precede: those
 with ts below a watermark, the earliest time a host call in progress, a running device task or
-an open step can still record. Each cut is sorted into a table at once and queued for a writer
-thread here, which appends it to the Parquet output as a row group while the emulation goes
-on (Parquet encodes and compresses without holding the GIL). The output holds the rows
-`write_trace(runtime.finish().trace, path)` would write, in the same order; the recorder holds
-only the rows since the last cut, and finish() is left with the last cut only.
+an open step can still record. It queues each cut for a writer thread here, which builds and
+sorts it into a table and appends that to the Parquet output while the emulation goes on. The
+output holds the rows `write_trace(runtime.finish().trace, path)` would write, in the same
+order; the recorder holds only the rows since the last cut, and finish() is left with the
+last cut only.
+
+The writer thread runs alongside the emulation on another core for what Arrow and Parquet do
+without the GIL (the table parts are one Acero projection each, the sort one take, the write
+one call). Between those calls it needs the GIL back, and CPython hands the GIL to a waiting
+thread only every `sys.getswitchinterval()` (5 ms by default), which would leave it idle most
+of the time; so while a stream is open the interval is SWITCH_INTERVAL_S, restored when the
+last open stream closes.
 
 The table is sorted by (rank, ts), so one `.parquet` file is streamed only for a one-rank job; a
 multi-rank job streams into a rank-partitioned directory, one file per rank. Should a row turn
@@ -21,6 +28,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -42,6 +50,23 @@ from msprof_py.trace.parquet import (
 from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
 
 _DONE = object()
+#: The interpreter's thread switch interval while a stream is open (see the module docstring).
+SWITCH_INTERVAL_S = 1e-4
+_streams_open = 0
+_saved_interval = 0.0
+_interval_lock = threading.Lock()
+
+
+def _switch_interval(change: int) -> None:
+    """Count streams opening (+1) and closing (-1); shorten the interval while any is open."""
+    global _streams_open, _saved_interval
+    with _interval_lock:
+        if change > 0 and _streams_open == 0:
+            _saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(_saved_interval, SWITCH_INTERVAL_S))
+        _streams_open += change
+        if change < 0 and _streams_open == 0:
+            sys.setswitchinterval(_saved_interval)
 _EMPTY = pa.table({})
 #: Rows a rank's file gathers before it writes them as one row group.
 MIN_GROUP_ROWS = 64 * 1024
@@ -69,16 +94,15 @@ class TraceStream:
         self._error: BaseException | None = None
         self.fallback: str | None = None
         self._thread = threading.Thread(target=self._work, name="msprof-py trace writer", daemon=True)
+        _switch_interval(+1)
+        self._open = True
         self._thread.start()
 
     # ---------------------------------------------------------------- runtime side
     def submit(self, chunk: Any) -> None:
-        """Sort a chunk of rows (a recorder Chunk) into a table and queue it for writing.
-
-        The table is built here, in the runtime's thread: built in the writer thread it would
-        wait for the GIL at each of its many steps while the emulation holds it."""
+        """Queue a chunk of rows (a recorder Chunk) for the writer thread."""
         if self._error is None:
-            self._jobs.put(chunk.to_trace(TraceMeta()).table)
+            self._jobs.put(chunk)
 
     def close(self, meta: TraceMeta, rest: Any) -> Trace | None:
         """Write `rest` (the rows never cut), finish the files and move them into place.
@@ -108,6 +132,9 @@ class TraceStream:
 
     def abort(self) -> None:
         """Drop the partial output (an emulation that failed, or after close)."""
+        if self._open:
+            self._open = False
+            _switch_interval(-1)
         if self._thread.is_alive():
             self._error = self._error or RuntimeError("aborted")
             self._jobs.put(_DONE)
@@ -123,13 +150,13 @@ class TraceStream:
     # ---------------------------------------------------------------- writer thread
     def _work(self) -> None:
         while True:
-            table = self._jobs.get()
-            if table is _DONE:
+            chunk = self._jobs.get()
+            if chunk is _DONE:
                 return
             if self._error is not None:
                 continue  # drain: the runtime is told at close()
             try:
-                self._write(table)
+                self._write(chunk.to_trace(TraceMeta()).table)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
                 self._error = exc
 

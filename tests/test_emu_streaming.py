@@ -12,7 +12,7 @@ import pytest
 
 from msprof_py.errors import MsprofError
 from msprof_py.trace import read_trace, write_trace
-from runtime_emu import Kernel, Runtime, scenarios
+from runtime_emu import Kernel, Runtime, scenarios, streaming
 from runtime_emu.scenarios.samples import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,3 +105,15 @@ def test_a_program_that_fails_leaves_no_output_behind(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "the program failed before finish()" in run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_switch_interval_is_short_only_while_a_stream_is_open(tmp_path):
+    before = sys.getswitchinterval()
+    first = Runtime(trace_path=tmp_path / "a.parquet")
+    second = Runtime(trace_path=tmp_path / "b.parquet")
+    assert sys.getswitchinterval() == pytest.approx(min(before, streaming.SWITCH_INTERVAL_S))
+    _program(first, 10)
+    first.finish()
+    assert sys.getswitchinterval() == pytest.approx(min(before, streaming.SWITCH_INTERVAL_S))  # b is still open
+    second.finish()
+    assert sys.getswitchinterval() == before
