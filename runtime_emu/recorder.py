@@ -192,8 +192,9 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.rows) + sum(len(b) for b in self.buffers.values() if b is not None)
 
-    def to_trace(self, meta: TraceMeta) -> Trace:
-        """The rows as one sorted, typed trace table."""
+    def to_trace(self, meta: TraceMeta, *, canonical: bool = True) -> Trace:
+        """The rows as one sorted, typed trace table. `canonical=False` leaves the dictionary
+        columns as built (for a Parquet file: read_trace makes them canonical when it reads)."""
         strings = pa.array(self.strings, pa.string())
         # Column-major: each field a contiguous array, which Arrow takes without a strided copy.
         b = {name: None if rows is None else np.asfortranarray(rows) for name, rows in self.buffers.items()}
@@ -209,7 +210,9 @@ class Chunk:
         order = np.lexsort((table.column("ts").to_numpy(), table.column("rank").to_numpy()))
         if not np.array_equal(order, np.arange(len(order))):
             table = table.take(order)
-        table = canonical_dictionaries(table.combine_chunks())
+        table = table.combine_chunks()
+        if canonical:
+            table = canonical_dictionaries(table)
         return Trace(table=pa.Table.from_arrays(table.columns, schema=arrow_schema(meta)), meta=meta)
 
 

@@ -156,7 +156,7 @@ class TraceStream:
             if self._error is not None:
                 continue  # drain: the runtime is told at close()
             try:
-                self._write(chunk.to_trace(TraceMeta()).table)
+                self._write(chunk.to_trace(TraceMeta(), canonical=False).table)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
                 self._error = exc
 

@@ -299,3 +299,16 @@ def test_errors_name_the_event_index_across_batches():
     before = bytes(data)
     assert len(import_bytes(data)) == CHUNK_EVENTS + 10
     assert bytes(data) == before
+
+
+def test_a_kind_dictionary_may_hold_unused_values_but_rows_may_not_use_unknown_ones(real_traces, tmp_path):
+    from msprof_py.trace.schema import validate
+
+    table = import_trace(real_traces / "kineto/nccl_2rank_rank0.json.gz").table
+    kinds = table.column("kind").combine_chunks()
+    extra = pa.DictionaryArray.from_arrays(kinds.indices, pa.concat_arrays([kinds.dictionary, pa.array(["bogus"])]))
+    validate(table.set_column(table.schema.get_field_index("kind"), "kind", extra), where="t")  # unused: fine
+    used = pa.DictionaryArray.from_arrays(pc.if_else(pc.equal(kinds.indices, 0), len(kinds.dictionary), kinds.indices),
+                                          extra.dictionary)
+    with pytest.raises(TraceFormatError, match=r"t: unknown kind\(s\) \['bogus'\]"):
+        validate(table.set_column(table.schema.get_field_index("kind"), "kind", used), where="t")
