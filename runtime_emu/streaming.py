@@ -69,7 +69,7 @@ def _switch_interval(change: int) -> None:
             sys.setswitchinterval(_saved_interval)
 _EMPTY = pa.table({})
 #: Rows a rank's file gathers before it writes them as one row group.
-MIN_GROUP_ROWS = 64 * 1024
+MIN_GROUP_ROWS = 16 * 1024
 
 
 class TraceStream:
