@@ -90,7 +90,10 @@ class TraceStream:
         self._schema = arrow_schema()  # the metadata goes into the footer at close, when it is known
         self._writers: dict[int, pq.ParquetWriter] = {}
         self._pending: dict[int, list[pa.Table]] = {}  # per rank: rows not yet in a row group
-        self._jobs: queue.Queue = queue.Queue(maxsize=4)  # a slow disk holds the runtime back, not memory
+        # (sequence number, cut to build or table to write); bounded: a slow disk holds the
+        # runtime back, not memory.
+        self._jobs: queue.Queue = queue.Queue(maxsize=4)
+        self._submitted = 0
         self._error: BaseException | None = None
         self.fallback: str | None = None
         self._thread = threading.Thread(target=self._work, name="msprof-py trace writer", daemon=True)
@@ -102,7 +105,8 @@ class TraceStream:
     def submit(self, chunk: Any) -> None:
         """Queue a chunk of rows (a recorder Chunk) for the writer thread."""
         if self._error is None:
-            self._jobs.put(chunk)
+            self._jobs.put((self._submitted, chunk))
+            self._submitted += 1
 
     def close(self, meta: TraceMeta, rest: Any) -> Trace | None:
         """Write `rest` (the rows never cut), finish the files and move them into place.
@@ -112,6 +116,17 @@ class TraceStream:
         try:
             if self.fallback is None:
                 self.submit(rest)
+            # The runtime's thread is free now: it builds the cuts still queued while the writer
+            # thread builds and writes, so the tail runs on both cores.
+            built = []
+            while True:
+                try:
+                    seq, chunk = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                built.append((seq, self._build(chunk)))
+            for item in built:
+                self._jobs.put(item)
             self._jobs.put(_DONE)
             self._thread.join()
             if self._error is not None:
@@ -149,16 +164,34 @@ class TraceStream:
 
     # ---------------------------------------------------------------- writer thread
     def _work(self) -> None:
+        """Build and write the cuts in order (at close the runtime's thread builds some: tables
+        may then arrive out of order)."""
+        ready: dict[int, Any] = {}
+        next_seq = 0
         while True:
-            chunk = self._jobs.get()
-            if chunk is _DONE:
+            item = self._jobs.get()
+            if item is _DONE:
                 return
-            if self._error is not None:
-                continue  # drain: the runtime is told at close()
-            try:
-                self._write(chunk.to_trace(TraceMeta(), canonical=False).table)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
-                self._error = exc
+            seq, job = item
+            ready[seq] = job if isinstance(job, pa.Table) or job is None else self._build(job)
+            while next_seq in ready:
+                table = ready.pop(next_seq)
+                next_seq += 1
+                if table is not None and self._error is None:
+                    try:
+                        self._write(table)
+                    except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
+                        self._error = exc
+
+    def _build(self, chunk: Any) -> pa.Table | None:
+        """A cut sorted into a table (None after an error: it is skipped)."""
+        if self._error is not None:
+            return None
+        try:
+            return chunk.to_trace(TraceMeta(), canonical=False).table
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
+            self._error = exc
+            return None
 
     def _write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
