@@ -6,7 +6,8 @@ an open step can still record. It queues each cut for a writer thread here, whic
 sorts it into a table and appends that to the Parquet output while the emulation goes on. The
 output holds the rows `write_trace(runtime.finish().trace, path)` would write, in the same
 order; the recorder holds only the rows since the last cut, and finish() is left with the
-last cut only.
+last cut (and whatever the writer has not got to: the runtime's thread, idle by then, builds
+those cuts beside it).
 
 The writer thread runs alongside the emulation on another core for what Arrow and Parquet do
 without the GIL (the table parts are one Acero projection each, the sort one take, the write
@@ -50,6 +51,9 @@ from msprof_py.trace.parquet import (
 from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
 
 _DONE = object()
+_EMPTY = pa.table({})
+#: Rows a rank's file gathers before it writes them as one row group.
+MIN_GROUP_ROWS = 16 * 1024
 #: The interpreter's thread switch interval while a stream is open (see the module docstring).
 SWITCH_INTERVAL_S = 1e-4
 _streams_open = 0
@@ -67,9 +71,6 @@ def _switch_interval(change: int) -> None:
         _streams_open += change
         if change < 0 and _streams_open == 0:
             sys.setswitchinterval(_saved_interval)
-_EMPTY = pa.table({})
-#: Rows a rank's file gathers before it writes them as one row group.
-MIN_GROUP_ROWS = 16 * 1024
 
 
 class TraceStream:
