@@ -927,10 +927,16 @@ class Runtime:
         if self.finished:
             raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was already finalized")
         others = [t for t in self.coord.order if t is not th]
-        if any(t.state != "done" for t in others):
-            self.coord.enter(th)
-            self.coord.block(th, lambda: all(t.state == "done" for t in others), "host threads never finish")
-        self.engine.run()
+        try:
+            if any(t.state != "done" for t in others):
+                self.coord.enter(th)
+                self.coord.block(th, lambda: all(t.state == "done" for t in others), "host threads never finish")
+            self.engine.run()
+        except BaseException:
+            if self._stream is not None:  # no half-written trace is left behind
+                self._stream.abort()
+                self._stream, self._cut_at = None, 0
+            raise
         self.finished = True
         end = max([self.engine.now] + [t.clock for t in self.coord.order])
         extra = {"seed": self.seed, "preset": _preset_dict(self.preset), "end_ns": end}

@@ -119,3 +119,20 @@ def test_the_switch_interval_is_short_only_while_a_stream_is_open(tmp_path):
     assert sys.getswitchinterval() == pytest.approx(min(before, streaming.SWITCH_INTERVAL_S))  # b is still open
     second.finish()
     assert sys.getswitchinterval() == before
+
+
+def test_a_finish_that_fails_leaves_no_streamed_output(tmp_path):
+    from runtime_emu import Deadlock, Thread
+
+    before = sys.getswitchinterval()
+    rt = Runtime(trace_path=tmp_path / "t.parquet", trace_cut_tasks=1)
+    _program(rt, 50)  # some cuts are written before it fails
+    stream = rt.create_stream()
+    never = rt.create_event()
+    never.record_seq = 5  # as if recorded on a stream that never gets there
+    rt.stream_wait_event(stream, never)
+    Thread(lambda: rt.synchronize_stream(stream), runtime=rt).start()
+    with pytest.raises(Deadlock):
+        rt.finish()
+    assert list(tmp_path.iterdir()) == []
+    assert sys.getswitchinterval() == before
