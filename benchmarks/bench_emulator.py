@@ -288,6 +288,16 @@ def simpy_table(rows: list[tuple]):
 
 
 # ============================================================================ runtime_emu
+def _launch_all(rt: Runtime, workload: list[tuple[Kernel, int, int]], priorities: tuple[int, ...]) -> None:
+    """The benchmark program: one stream per priority, every launch, then synchronize_device()."""
+    rt.set_device(0)
+    streams = [rt.create_stream(priority=p) for p in priorities]
+    launch = rt.launch_kernel
+    for kernel, blocks, s in workload:
+        launch(kernel, blocks, streams[s])
+    rt.synchronize_device()
+
+
 def run_emu(workload: list[tuple[Kernel, int, int]], preset: Preset, priorities: tuple[int, ...],
             parquet: Path | None = None) -> dict:
     """The same program on runtime_emu, timed at synchronize_device, finish() and the Parquet write."""
@@ -295,12 +305,7 @@ def run_emu(workload: list[tuple[Kernel, int, int]], preset: Preset, priorities:
 
     t0 = time.perf_counter()
     rt = Runtime(seed=0, preset=preset)
-    rt.set_device(0)
-    streams = [rt.create_stream(priority=p) for p in priorities]
-    launch = rt.launch_kernel
-    for kernel, blocks, s in workload:
-        launch(kernel, blocks, streams[s])
-    rt.synchronize_device()
+    _launch_all(rt, workload, priorities)
     t_sim = time.perf_counter()
     end_ns = rt.now()
     res = rt.finish()
@@ -319,12 +324,7 @@ def run_emu_streamed(workload: list[tuple[Kernel, int, int]], preset: Preset, pr
     returns when the Parquet file is complete."""
     t0 = time.perf_counter()
     rt = Runtime(seed=0, preset=preset, trace_path=parquet)
-    rt.set_device(0)
-    streams = [rt.create_stream(priority=p) for p in priorities]
-    launch = rt.launch_kernel
-    for kernel, blocks, s in workload:
-        launch(kernel, blocks, streams[s])
-    rt.synchronize_device()
+    _launch_all(rt, workload, priorities)
     t_sim = time.perf_counter()
     res = rt.finish()
     t_end = time.perf_counter()

@@ -255,12 +255,6 @@ def _table(n: int, cols: dict) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_SCHEMA)
 
 
-def _text(values) -> pa.Array:
-    """Numbers as decimal text (ints stay ints: no '.0')."""
-    arr = values if isinstance(values, pa.Array) else pa.array(values)
-    return arr.cast(pa.string())
-
-
 def _decode(col: np.ndarray, strings: pa.Array) -> pa.Array:
     """String codes as a dictionary column over all the recorder's strings."""
     return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int32)), strings)

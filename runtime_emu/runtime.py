@@ -33,7 +33,7 @@ from runtime_emu.device import (
 )
 from runtime_emu.engine import Engine
 from runtime_emu.errors import AclError
-from runtime_emu.host import Coordinator, HostThread
+from runtime_emu.host import DONE, Coordinator, HostThread
 from runtime_emu.links import Link, Network
 from runtime_emu.presets import Preset
 from runtime_emu.presets import preset as get_preset
@@ -446,7 +446,7 @@ class Runtime:
         clock, the start of any host call in progress, device task running or step open."""
         w = self.engine.now
         for th in self.coord.order:
-            if th.state != "done" and th.busy_from < w:
+            if th.state != DONE and th.busy_from < w:
                 w = th.busy_from
         for dev in self.devices.values():
             for stream in dev.streams.values():
@@ -928,9 +928,9 @@ class Runtime:
             raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was already finalized")
         others = [t for t in self.coord.order if t is not th]
         try:
-            if any(t.state != "done" for t in others):
+            if any(t.state != DONE for t in others):
                 self.coord.enter(th)
-                self.coord.block(th, lambda: all(t.state == "done" for t in others), "host threads never finish")
+                self.coord.block(th, lambda: all(t.state == DONE for t in others), "host threads never finish")
             self.engine.run()
         except BaseException:
             if self._stream is not None:  # no half-written trace is left behind
