@@ -1,14 +1,35 @@
-"""The discrete-event core: integer nanoseconds, a heap of (time, seq, callback, arg) tuples.
+"""The discrete-event core: integer nanoseconds, a binary heap of pending callbacks.
 
-`seq` breaks ties in scheduling order, so the same program gives the same event order on
-every run. The engine does no I/O and knows nothing of devices: components schedule plain
-callbacks on it.
+A callback due at time t is ordered by (t, seq), where `seq` counts scheduling calls, so the
+same program gives the same event order on every run. The engine does no I/O and knows
+nothing of devices: components schedule plain callbacks on it.
+
+Two heaps give that one order. Compiled, `Engine` sifts its own heap of `_Pending` objects:
+their fields are native ints, so a comparison is a machine instruction, where heapq compares
+(t, seq, fn, arg) tuples through the generic rich comparison, element by element (the heap
+was a fifth of the emulator's time). Interpreted, that Python sift loop would be the slow
+part, so `new_engine()` gives the interpreted modules `_TupleHeapEngine`, which keeps heapq.
 """
 
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import Any, Callable
+from typing import Any, Callable, Final
+
+#: Whether this module runs compiled (mypyc names the extension module's file).
+COMPILED: Final = not __file__.endswith(".py")
+
+
+class _Pending:
+    """One scheduled callback."""
+
+    __slots__ = ("t", "seq", "fn", "arg")
+
+    def __init__(self, t: int, seq: int, fn: Callable[[Any], None], arg: Any) -> None:
+        self.t = t
+        self.seq = seq
+        self.fn = fn
+        self.arg = arg
 
 
 class Engine:
@@ -18,36 +39,78 @@ class Engine:
 
     def __init__(self) -> None:
         self.now = 0
-        self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self._heap: list[_Pending] = []
         self._seq = 0  # scheduling order of the last callback scheduled: 1, 2, 3, ...
+
+    def _push(self, item: _Pending) -> None:
+        heap = self._heap
+        heap.append(item)
+        t = item.t
+        seq = item.seq
+        pos = len(heap) - 1
+        while pos > 0:
+            parent_pos = (pos - 1) >> 1
+            parent = heap[parent_pos]
+            if parent.t < t or (parent.t == t and parent.seq < seq):
+                break
+            heap[pos] = parent
+            pos = parent_pos
+        heap[pos] = item
+
+    def _pop(self) -> _Pending:
+        heap = self._heap
+        last = heap.pop()
+        if not heap:
+            return last
+        top = heap[0]
+        n = len(heap)
+        t = last.t
+        seq = last.seq
+        pos = 0
+        child = 1
+        while child < n:
+            c = heap[child]
+            right = child + 1
+            if right < n:
+                r = heap[right]
+                if r.t < c.t or (r.t == c.t and r.seq < c.seq):
+                    child = right
+                    c = r
+            if t < c.t or (t == c.t and seq < c.seq):
+                break
+            heap[pos] = c
+            pos = child
+            child = 2 * pos + 1
+        heap[pos] = last
+        return top
 
     def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Call fn(arg) at time t_ns (never earlier than now)."""
         if t_ns < self.now:
             t_ns = self.now
         seq = self._seq = self._seq + 1
-        heappush(self._heap, (t_ns, seq, fn, arg))
+        self._push(_Pending(t_ns, seq, fn, arg))
 
     def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         seq = self._seq = self._seq + 1
-        heappush(self._heap, (self.now + dt_ns, seq, fn, arg))
+        self._push(_Pending(self.now + dt_ns, seq, fn, arg))
 
     def next_time(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
+        return self._heap[0].t if self._heap else None
 
     def step(self) -> None:
         """Run the earliest pending callback."""
-        t, _seq, fn, arg = heappop(self._heap)
-        self.now = t
-        fn(arg)
+        item = self._pop()
+        self.now = item.t
+        item.fn(item.arg)
 
     def run_until(self, t_ns: int) -> None:
         """Run every callback due at or before t_ns; the clock ends at t_ns."""
         heap = self._heap
-        while heap and heap[0][0] <= t_ns:
-            t, _seq, fn, arg = heappop(heap)
-            self.now = t
-            fn(arg)
+        while heap and heap[0].t <= t_ns:
+            item = self._pop()
+            self.now = item.t
+            item.fn(item.arg)
         if t_ns > self.now:
             self.now = t_ns
 
@@ -57,18 +120,81 @@ class Engine:
         while pending():
             if not heap:
                 return False
-            t, _seq, fn, arg = heappop(heap)
-            self.now = t
-            fn(arg)
+            item = self._pop()
+            self.now = item.t
+            item.fn(item.arg)
         return True
 
     def run(self) -> None:
         """Run until no callback is left."""
         heap = self._heap
         while heap:
+            item = self._pop()
+            self.now = item.t
+            item.fn(item.arg)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class _TupleHeapEngine(Engine):
+    """The engine of the interpreted modules: the same (t, seq) order, kept by heapq's C sift
+    over (t, seq, fn, arg) tuples."""
+
+    __slots__ = ("_tuples",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tuples: list[tuple[int, int, Callable[[Any], None], Any]] = []
+
+    def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        if t_ns < self.now:
+            t_ns = self.now
+        seq = self._seq = self._seq + 1
+        heappush(self._tuples, (t_ns, seq, fn, arg))
+
+    def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        seq = self._seq = self._seq + 1
+        heappush(self._tuples, (self.now + dt_ns, seq, fn, arg))
+
+    def next_time(self) -> int | None:
+        return self._tuples[0][0] if self._tuples else None
+
+    def step(self) -> None:
+        t, _seq, fn, arg = heappop(self._tuples)
+        self.now = t
+        fn(arg)
+
+    def run_until(self, t_ns: int) -> None:
+        heap = self._tuples
+        while heap and heap[0][0] <= t_ns:
+            t, _seq, fn, arg = heappop(heap)
+            self.now = t
+            fn(arg)
+        if t_ns > self.now:
+            self.now = t_ns
+
+    def run_while(self, pending: Callable[[], bool]) -> bool:
+        heap = self._tuples
+        while pending():
+            if not heap:
+                return False
+            t, _seq, fn, arg = heappop(heap)
+            self.now = t
+            fn(arg)
+        return True
+
+    def run(self) -> None:
+        heap = self._tuples
+        while heap:
             t, _seq, fn, arg = heappop(heap)
             self.now = t
             fn(arg)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._tuples)
+
+
+def new_engine() -> Engine:
+    """The faster engine for how this module runs (both run callbacks in the same order)."""
+    return Engine() if COMPILED else _TupleHeapEngine()

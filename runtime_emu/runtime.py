@@ -31,7 +31,7 @@ from runtime_emu.device import (
     Stream,
     Task,
 )
-from runtime_emu.engine import Engine
+from runtime_emu.engine import new_engine
 from runtime_emu.errors import AclError
 from runtime_emu.host import DONE, Coordinator, HostThread
 from runtime_emu.links import Link, Network
@@ -155,7 +155,7 @@ class Runtime:
         `trace_cut_tasks`: device-task rows recorded between two cuts of rows for the writer."""
         self.seed = seed
         self.rng = random.Random(seed)
-        self.engine = Engine()
+        self.engine = new_engine()
         self.net = Network(self.engine)
         self.recorder = Recorder(switches or Switches())
         self.sw = self.recorder.switches
