@@ -285,7 +285,12 @@ def _cat(*parts: "pc.Expression | str") -> pc.Expression:
 
 def _project(g: np.ndarray, outputs: dict[str, pc.Expression], **inputs: pa.Array) -> dict[str, pa.ChunkedArray]:
     """Evaluate `outputs` over the buffer rows `g` (fields c0, c1, ...) and extra `inputs`."""
-    source = pa.table({**{f"c{i}": g[:, i] for i in range(g.shape[1])}, **inputs})
+    # The fields as slices of one array: one numpy-to-Arrow conversion rather than one per
+    # field, each of which lets go of the GIL and must win it back from the emulation (in the
+    # writer thread that wait, not the work, was most of a cut's build time).
+    n, width = g.shape
+    flat = pa.array(g.ravel(order="F"))
+    source = pa.table({**{f"c{i}": flat.slice(i * n, n) for i in range(width)}, **inputs})
     plan = acero.Declaration.from_sequence([
         acero.Declaration("table_source", acero.TableSourceNodeOptions(source)),
         acero.Declaration("project", acero.ProjectNodeOptions(list(outputs.values()), list(outputs)))])
@@ -293,39 +298,89 @@ def _project(g: np.ndarray, outputs: dict[str, pc.Expression], **inputs: pa.Arra
     return {name: out.column(name) for name in outputs}
 
 
+# The projections, made once: an expression is immutable, and building one is Python work the
+# writer thread would otherwise do (holding the GIL the emulation needs) at every cut.
+_T_STREAM = _num(3, pa.int32())
+_TASK_COLUMNS = {
+    "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(2),
+    "tid": _T_STREAM.cast(pa.int64()), "device": _num(1, pa.int32()), "stream": _T_STREAM, "corr": _num(9),
+    "bytes": _num(12), "step": _num(15, pa.int32()),
+}
+_TASK_HEAD = ('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(_T_STREAM), ',"Task Id":',
+              _str(_num(9)))
+_EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
+#: The `args` of each task kind's rows; each is evaluated over that kind's rows only.
+_TASK_ARGS = {
+    K_KERNEL: _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}"),
+    K_MEMCPY: _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"', pc.field("copy_kind"), '"}'),
+    K_MEMSET: _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), "}"),
+    K_WAIT: _EVENT_ARGS,
+    K_RECORD: _EVENT_ARGS,
+}
+_TASK_KIND_NAMES = pa.array(_TASK_KINDS, pa.string())
+
+_API_TID = _num(2)
+_API_COLUMNS = {
+    "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(1), "tid": _API_TID,
+    "args": _cat('{"Thread Id":', _str(_API_TID),
+                 pc.if_else(pc.equal(_field(8), NULL), pc.scalar(""), _cat(',"Stream Id":', _str(_field(8)))),
+                 pc.if_else(pc.equal(_field(12), NULL), pc.scalar(""), _cat(',"Block Dim":', _str(_field(12)))),
+                 "}"),
+    "device": _num(7, pa.int32()), "stream": _num(8, pa.int32()), "corr": _num(9), "bytes": _num(10),
+    "step": _num(11, pa.int32()),
+}
+
+_FLOW_COLUMNS = {
+    "rank": _field(0).cast(pa.int32()), "ts": _field(2), "pid": _field(3), "tid": _field(4), "id": _str(_num(5)),
+    "extra": pc.if_else(pc.equal(_field(1), 1), pc.scalar('{"bp":"e"}'), pc.scalar(pa.scalar(None, pa.string()))),
+    "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()), "corr": _num(5), "step": _num(8, pa.int32()),
+}
+_FLOW_PH = pa.array(["s", "f"])
+
+_C_UNIT = _field(5)
+_COUNTER_COLUMNS = {
+    "rank": _field(0).cast(pa.int32()), "ts": _field(3), "pid": _field(1),
+    "args": _cat(pc.if_else(pc.equal(_C_UNIT, U_DEPTH), pc.scalar('{"%s":' % _UNITS[U_DEPTH]),
+                 pc.if_else(pc.equal(_C_UNIT, U_BYTES), pc.scalar('{"%s":' % _UNITS[U_BYTES]),
+                            pc.scalar('{"%s":' % _UNITS[U_GBPS]))),
+                 _str(_field(4)), "}"),
+    "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()),
+    "value": _field(4).cast(pa.float64(), safe=False), "step": _num(8, pa.int32()),
+}
+
+
+def _task_inputs(g: np.ndarray, strings: pa.Array) -> dict[str, pa.Array]:
+    """The string fields a task row's args quote, decoded."""
+    return {"task_type": strings.take(pa.array(g[:, 8])),
+            "copy_kind": strings.take(pa.array(np.maximum(g[:, 13], 0)))}
+
+
 def _tasks_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    kind = _field(7)
-    stream = _num(3, pa.int32())
-    tail = pc.if_else(pc.equal(kind, K_KERNEL), _cat(',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}"),
-           pc.if_else(pc.equal(kind, K_MEMCPY), _cat(',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"',
-                                                     pc.field("copy_kind"), '"}'),
-           pc.if_else(pc.equal(kind, K_MEMSET), _cat(',"size(Byte)":', _str(_field(12)), "}"),
-                      _cat(',"Event Id":', _str(_field(14)), "}"))))
-    cols = _project(g, {
-        "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(2),
-        "tid": stream.cast(pa.int64()),
-        "args": _cat('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(stream), ',"Task Id":',
-                     _str(_num(9)), tail),
-        "device": _num(1, pa.int32()), "stream": stream, "corr": _num(9), "bytes": _num(12), "step": _num(15, pa.int32()),
-    }, task_type=strings.take(pa.array(g[:, 8])), copy_kind=strings.take(pa.array(np.maximum(g[:, 13], 0))))
-    kinds = pa.DictionaryArray.from_arrays(pa.array(g[:, 7].astype(np.int32)), pa.array(_TASK_KINDS, pa.string()))
+    kind_codes = g[:, 7]
+    present = np.unique(kind_codes).tolist()
+    if len(present) == 1:  # one kind (often all kernels): one projection does it all
+        cols = _project(g, {**_TASK_COLUMNS, "args": _TASK_ARGS[present[0]]}, **_task_inputs(g, strings))
+    else:
+        # Each kind's args over its own rows, put back in place: an if_else over the kinds
+        # would format every row once per kind.
+        cols = _project(g, _TASK_COLUMNS)
+        args: pa.Array = pa.nulls(len(g), pa.string())
+        for code in present:
+            mask = kind_codes == code
+            sub = g[mask]
+            part = _project(sub, {"args": _TASK_ARGS[code]}, **_task_inputs(sub, strings))["args"]
+            args = pc.replace_with_mask(args, pa.array(mask), part.combine_chunks())
+        cols["args"] = args
+    kinds = pa.DictionaryArray.from_arrays(pa.array(kind_codes.astype(np.int32)), _TASK_KIND_NAMES)
     return _table(len(g), {**cols, "ph": "X", "name": _decode(g[:, 6], strings), "kind": kinds})
 
 
 def _apis_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    tid = _num(2)
-    stream_part = pc.if_else(pc.equal(_field(8), NULL), pc.scalar(""), _cat(',"Stream Id":', _str(_field(8))))
-    blocks_part = pc.if_else(pc.equal(_field(12), NULL), pc.scalar(""), _cat(',"Block Dim":', _str(_field(12))))
-    cols = _project(g, {
-        "rank": _field(0).cast(pa.int32()), "ts": _field(4), "dur": _field(5), "pid": _field(1), "tid": tid,
-        "args": _cat('{"Thread Id":', _str(tid), stream_part, blocks_part, "}"),
-        "device": _num(7, pa.int32()), "stream": _num(8, pa.int32()), "corr": _num(9), "bytes": _num(10),
-        "step": _num(11, pa.int32()),
-    })
+    cols = _project(g, _API_COLUMNS)
     return _table(len(g), {**cols, "ph": "X", "name": _decode(g[:, 3], strings), "cat": "AscendCL",
                            "kind": _decode(g[:, 6], strings)})
 
@@ -333,28 +388,15 @@ def _apis_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
 def _flows_table(g: np.ndarray | None) -> pa.Table | None:
     if g is None:
         return None
-    cols = _project(g, {
-        "rank": _field(0).cast(pa.int32()), "ts": _field(2), "pid": _field(3), "tid": _field(4),
-        "id": _str(_num(5)),
-        "extra": pc.if_else(pc.equal(_field(1), 1), pc.scalar('{"bp":"e"}'), pc.scalar(pa.scalar(None, pa.string()))),
-        "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()), "corr": _num(5), "step": _num(8, pa.int32()),
-    })
-    ph = pa.DictionaryArray.from_arrays(pa.array((g[:, 1] == 1).astype(np.int32)), pa.array(["s", "f"]))
+    cols = _project(g, _FLOW_COLUMNS)
+    ph = pa.DictionaryArray.from_arrays(pa.array((g[:, 1] == 1).astype(np.int32)), _FLOW_PH)
     return _table(len(g), {**cols, "ph": ph, "name": "HostToDevice", "cat": "HostToDevice", "kind": "flow"})
 
 
 def _counters_table(g: np.ndarray | None, strings: pa.Array) -> pa.Table | None:
     if g is None:
         return None
-    unit = _field(5)
-    key = pc.if_else(pc.equal(unit, U_DEPTH), pc.scalar('{"%s":' % _UNITS[U_DEPTH]),
-          pc.if_else(pc.equal(unit, U_BYTES), pc.scalar('{"%s":' % _UNITS[U_BYTES]),
-                     pc.scalar('{"%s":' % _UNITS[U_GBPS])))
-    cols = _project(g, {
-        "rank": _field(0).cast(pa.int32()), "ts": _field(3), "pid": _field(1), "args": _cat(key, _str(_field(4)), "}"),
-        "device": _num(6, pa.int32()), "stream": _num(7, pa.int32()),
-        "value": _field(4).cast(pa.float64(), safe=False), "step": _num(8, pa.int32()),
-    })
+    cols = _project(g, _COUNTER_COLUMNS)
     return _table(len(g), {**cols, "ph": "C", "name": _decode(g[:, 2], strings), "tid": 0, "kind": "counter"})
 
 
