@@ -16,6 +16,8 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Any, Callable, Final
 
+#: Callbacks between two calls of Engine.pulse while a host thread waits (see run_while).
+PULSE_EVENTS: Final = 256
 #: Whether this module runs compiled (mypyc names the extension module's file).
 COMPILED: Final = not __file__.endswith(".py")
 
@@ -35,12 +37,14 @@ class _Pending:
 class Engine:
     """Event loop with a virtual clock `now` in integer nanoseconds."""
 
-    __slots__ = ("now", "_heap", "_seq")
+    __slots__ = ("now", "_heap", "_seq", "pulse")
 
     def __init__(self) -> None:
         self.now = 0
         self._heap: list[_Pending] = []
         self._seq = 0  # scheduling order of the last callback scheduled: 1, 2, 3, ...
+        #: Called every PULSE_EVENTS callbacks of a run_while (a host thread waiting on the device).
+        self.pulse: Callable[[], None] | None = None
 
     def _push(self, item: _Pending) -> None:
         heap = self._heap
@@ -117,12 +121,18 @@ class Engine:
     def run_while(self, pending: Callable[[], bool]) -> bool:
         """Run callbacks while `pending()` holds; False when the queue ran dry first."""
         heap = self._heap
+        count = 0
         while pending():
             if not heap:
                 return False
             item = self._pop()
             self.now = item.t
             item.fn(item.arg)
+            count += 1
+            if count == PULSE_EVENTS:
+                count = 0
+                if self.pulse is not None:
+                    self.pulse()
         return True
 
     def run(self) -> None:
@@ -176,12 +186,18 @@ class _TupleHeapEngine(Engine):
 
     def run_while(self, pending: Callable[[], bool]) -> bool:
         heap = self._tuples
+        count = 0
         while pending():
             if not heap:
                 return False
             t, _seq, fn, arg = heappop(heap)
             self.now = t
             fn(arg)
+            count += 1
+            if count == PULSE_EVENTS:
+                count = 0
+                if self.pulse is not None:
+                    self.pulse()
         return True
 
     def run(self) -> None:

@@ -206,6 +206,7 @@ class Runtime:
             from runtime_emu.streaming import TraceStream
 
             self._stream = TraceStream(trace_path, self.world_size)
+            self.engine.pulse = self._stream.pulse
             self._cut_at = self._cut_base * TASK_W * 8
             self._cut_rows_at = self._cut_base
 

@@ -14,7 +14,9 @@ without the GIL (the table parts are one Acero projection each, the sort one tak
 one call). Between those calls it needs the GIL back, and CPython hands the GIL to a waiting
 thread only every `sys.getswitchinterval()` (5 ms by default), which would leave it idle most
 of the time; so while a stream is open the interval is SWITCH_INTERVAL_S, restored when the
-last open stream closes.
+last open stream closes. The compiled emulator checks for a switch only when it calls
+interpreted code, which the engine does (`TraceStream.pulse`) every few hundred callbacks
+while a host thread waits on the device.
 
 The table is sorted by (rank, ts), so one `.parquet` file is streamed only for a one-rank job; a
 multi-rank job streams into a rank-partitioned directory, one file per rank. Should a row turn
@@ -103,6 +105,11 @@ class TraceStream:
         self._thread.start()
 
     # ---------------------------------------------------------------- runtime side
+    def pulse(self) -> None:
+        """Called by the engine every few hundred callbacks while a host thread waits on the
+        device. Deliberately empty and interpreted: entering it lets CPython hand the GIL to
+        the writer thread if it asked for it. Compiled code never checks for that request, so
+        without this a long synchronize would stall the writer until it returned."""
     def submit(self, chunk: Any) -> None:
         """Queue a chunk of rows (a recorder Chunk) for the writer thread."""
         if self._error is None:

@@ -148,6 +148,18 @@ def _engine_log(engine) -> list:
     return log
 
 
+def _pulses(engine) -> list[int]:
+    """The times of the pulses of 1000 callbacks, 100 run by run_until, 800 by run_while."""
+    pulses: list[int] = []
+    engine.pulse = lambda: pulses.append(engine.now)
+    for t in range(1000):
+        engine.at(t, lambda _arg: None)
+    engine.run_until(99)
+    engine.run_while(lambda: engine.now < 899)
+    engine.run()
+    return pulses
+
+
 def test_both_event_heaps_run_callbacks_in_one_order():
     from runtime_emu import engine as eng
 
@@ -167,6 +179,9 @@ def test_both_event_heaps_run_callbacks_in_one_order():
         engine.after(3, order.append, "e")
         engine.run()
         assert (order, engine.now, len(engine), engine.next_time()) == (["b", "d", "a", "c", "e"], 10, 0, None)
+    # pulse() is called every PULSE_EVENTS callbacks of a run_while, and only there.
+    for engine in (eng.Engine(), eng._TupleHeapEngine()):
+        assert _pulses(engine) == [99 + eng.PULSE_EVENTS, 99 + 2 * eng.PULSE_EVENTS, 99 + 3 * eng.PULSE_EVENTS]
     # The runtime takes the faster heap for how the module runs.
     assert eng.COMPILED == runtime_emu.COMPILED
     assert type(eng.new_engine()) is (eng.Engine if runtime_emu.COMPILED else eng._TupleHeapEngine)

@@ -136,3 +136,18 @@ def test_a_finish_that_fails_leaves_no_streamed_output(tmp_path):
         rt.finish()
     assert list(tmp_path.iterdir()) == []
     assert sys.getswitchinterval() == before
+
+
+def test_a_host_thread_waiting_on_the_device_lets_the_writer_thread_in(tmp_path, monkeypatch):
+    # Compiled code never offers the GIL to another thread; the engine calls the stream's
+    # (interpreted) pulse every PULSE_EVENTS callbacks while a host thread waits, so it can.
+    from runtime_emu import engine
+
+    waits: list = []
+    monkeypatch.setattr(streaming.TraceStream, "pulse", lambda self: waits.append(rt.engine.now))
+    rt = Runtime(seed=1, trace_path=tmp_path / "t.parquet")
+    _program(rt, 3_000)  # the queues fill: launches wait, then synchronize_device waits
+    rt.finish()
+    assert len(waits) == 15 and waits == sorted(waits)
+    assert Runtime().engine.pulse is None  # not streaming: no writer thread to let in
+    assert engine.PULSE_EVENTS == 256
