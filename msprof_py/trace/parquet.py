@@ -92,9 +92,13 @@ def move_directory_into_place(tmpdir: Path, path: Path) -> None:
 DICTIONARY_COLUMNS = ("rank", "ph", "name", "cat", "pid", "tid", "kind", "device", "stream", "step")
 
 
-#: Columns without min/max statistics: JSON text and flow ids, never a predicate to push down
-#: (a query filters on ts, rank, kind, name...); computing them costs ~7% of the write.
-NO_STATISTICS_COLUMNS = ("id", "args", "extra")
+#: Columns without min/max statistics. JSON text and flow ids are never a predicate to push
+#: down; computing them cost ~7% of the write. The dictionary text columns (ph, name, cat,
+#: kind) are predicates, but their min/max prune nothing: rows are sorted by ts, so every row
+#: group spans nearly all the kinds, phases and names ("counter".."marker", say) and any
+#: value tested falls inside. Their statistics cost another 11% of the write (600k-row
+#: emulator trace: 0.177 s -> 0.159 s). ts, rank, pid, tid, device, stream... keep theirs.
+NO_STATISTICS_COLUMNS = ("id", "args", "extra", "ph", "name", "cat", "kind")
 
 
 def parquet_options(columns: list[str]) -> dict:
