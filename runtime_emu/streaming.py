@@ -51,6 +51,7 @@ from msprof_py.trace.parquet import (
     parquet_options,
 )
 from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
+from runtime_emu import tables  # noqa: F401 - imported here, not by the writer thread mid-run
 
 _DONE = object()
 _EMPTY = pa.table({})

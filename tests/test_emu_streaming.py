@@ -151,3 +151,30 @@ def test_a_host_thread_waiting_on_the_device_lets_the_writer_thread_in(tmp_path,
     assert len(waits) == 15 and waits == sorted(waits)
     assert Runtime().engine.pulse is None  # not streaming: no writer thread to let in
     assert engine.PULSE_EVENTS == 256
+
+
+def test_many_short_streamed_runs_in_one_process_do_not_crash_it(tmp_path):
+    # A build running in the writer thread beside the compiled emulator once corrupted the
+    # interpreter's memory (an Acero union node): the process died within 200 of these runs,
+    # each of which writes many tiny cuts, falls back to merging, then fails in finish().
+    script = (
+        "import sys, tempfile, pathlib\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_emu_streaming import _program\n"
+        "from runtime_emu import Runtime, Deadlock, Thread\n"
+        "for i in range(200):\n"
+        f"    rt = Runtime(trace_path=pathlib.Path({str(tmp_path)!r}) / f't{{i}}.parquet', trace_cut_tasks=1)\n"
+        "    _program(rt, 50)\n"
+        "    stream = rt.create_stream()\n"
+        "    never = rt.create_event()\n"
+        "    never.record_seq = 5\n"
+        "    rt.stream_wait_event(stream, never)\n"
+        "    Thread(lambda: rt.synchronize_stream(stream), runtime=rt).start()\n"
+        "    try:\n"
+        "        rt.finish()\n"
+        "    except Deadlock:\n"
+        "        pass\n"
+        "print('survived')\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stdout) == (0, "survived\n"), run.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,236 @@
+"""A chunk of recorded rows as one sorted trace table.
+
+Interpreted (setup.py compiles the recording, not this): a build is a few dozen Arrow and
+numpy calls per chunk, whoever runs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.acero as acero
+import pyarrow.compute as pc
+
+from msprof_py.trace.schema import COLUMN_NAMES
+from runtime_emu.recorder import (
+    _FIXED_CODES,
+    _UNITS,
+    K_KERNEL,
+    K_MEMCPY,
+    K_MEMSET,
+    K_RECORD,
+    K_WAIT,
+    NULL,
+    U_BYTES,
+    U_DEPTH,
+    U_GBPS,
+)
+
+# A chunk becomes a table in one Acero projection per buffer, which maps the buffer's int64
+# fields to all the table's columns, and one sort by (rank, ts), ties in recording order (the
+# full rows, then tasks, API slices, flows, counters, each in the order recorded: build_table's
+# stable sort). The text columns stored as dictionaries (ph, name, cat, kind) go through as
+# codes into the recorder's strings and become dictionary columns at the end; the strings
+# the build itself writes have fixed codes (recorder._FIXED_CODES), so the projections are
+# made once, here. That matters in the streaming writer thread: each Arrow or numpy call a
+# build makes lets go of the GIL and has to win it back from the emulation, and those waits,
+# not the work, were most of a build's time there.
+_I32 = pa.int32()
+_I64 = pa.int64()
+#: The columns' types inside the plan: the dictionary columns as int32 codes.
+_PLAN_TYPES = {"rank": _I32, "ph": _I32, "name": _I32, "cat": _I32, "ts": _I64, "dur": _I64, "pid": _I64,
+               "tid": _I64, "id": pa.string(), "args": pa.string(), "extra": pa.string(), "kind": _I32,
+               "device": _I32, "stream": _I32, "corr": _I64, "bytes": _I64, "addr": _I64, "value": pa.float64(),
+               "step": _I32}
+_DICT_COLUMNS = ("ph", "name", "cat", "kind")
+_PLAN_NAMES = [*COLUMN_NAMES, "_part", "_idx"]
+
+
+def _field(i: int) -> pc.Expression:
+    return pc.field(f"c{i}")
+
+
+def _num(i: int, typ: pa.DataType | None = None) -> pc.Expression:
+    """Buffer field i as `typ` (int64 by default), NULL (-1) as null."""
+    typ = typ or _I64
+    return pc.if_else(pc.equal(_field(i), NULL), pc.scalar(pa.scalar(None, typ)), _field(i).cast(typ))
+
+
+def _str(e: pc.Expression) -> pc.Expression:
+    return e.cast(pa.string())
+
+
+def _cat(*parts: "pc.Expression | str") -> pc.Expression:
+    """Text parts (expressions or literal strings) joined; null if any part is null."""
+    return pc.binary_join_element_wise(*[p if isinstance(p, pc.Expression) else pc.scalar(p) for p in parts],
+                                       pc.scalar(""))
+
+
+def _code(text: str) -> pc.Expression:
+    """The dictionary code of one of the recorder's fixed strings, as a literal."""
+    return pc.scalar(pa.scalar(_FIXED_CODES[text], _I32))
+
+
+def _projection(columns: dict[str, pc.Expression], part: int) -> acero.ProjectNodeOptions:
+    """All the table's columns (null where `columns` has none), then the sort's tie-breakers."""
+    exprs = [columns[name] if name in columns else pc.scalar(pa.scalar(None, _PLAN_TYPES[name]))
+             for name in COLUMN_NAMES]
+    return acero.ProjectNodeOptions([*exprs, pc.scalar(pa.scalar(part, pa.int8())), pc.field("_idx")],
+                                    _PLAN_NAMES)
+
+
+_T_STREAM = _num(3, _I32)
+_TASK_COLUMNS = {
+    "rank": _field(0).cast(_I32), "ph": _code("X"), "name": _field(6).cast(_I32), "ts": _field(4),
+    "dur": _field(5), "pid": _field(2), "tid": _T_STREAM.cast(_I64), "kind": _field(7).cast(_I32),
+    "device": _num(1, _I32), "stream": _T_STREAM, "corr": _num(9), "bytes": _num(12), "step": _num(15, _I32),
+}
+_TASK_HEAD = ('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(_T_STREAM), ',"Task Id":',
+              _str(_num(9)))
+_EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
+#: Per task kind, the projection of its rows: each kind's args is evaluated over its own rows
+#: only (an if_else over the kinds would format every row once per kind).
+_TASK_PROJECTIONS = {
+    kind: _projection({**_TASK_COLUMNS, "args": args}, 1) for kind, args in (
+        (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}")),
+        (K_MEMCPY, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"', pc.field("copy_kind"),
+                        '"}')),
+        (K_MEMSET, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), "}")),
+        (K_WAIT, _EVENT_ARGS),
+        (K_RECORD, _EVENT_ARGS))
+}
+
+_API_TID = _num(2)
+_API_PROJECTION = _projection({
+    "rank": _field(0).cast(_I32), "ph": _code("X"), "name": _field(3).cast(_I32), "cat": _code("AscendCL"),
+    "ts": _field(4), "dur": _field(5), "pid": _field(1), "tid": _API_TID,
+    "args": _cat('{"Thread Id":', _str(_API_TID),
+                 pc.if_else(pc.equal(_field(8), NULL), pc.scalar(""), _cat(',"Stream Id":', _str(_field(8)))),
+                 pc.if_else(pc.equal(_field(12), NULL), pc.scalar(""), _cat(',"Block Dim":', _str(_field(12)))),
+                 "}"),
+    "kind": _field(6).cast(_I32), "device": _num(7, _I32), "stream": _num(8, _I32), "corr": _num(9),
+    "bytes": _num(10), "step": _num(11, _I32),
+}, 2)
+
+_FLOW_PROJECTION = _projection({
+    "rank": _field(0).cast(_I32), "ph": pc.if_else(pc.equal(_field(1), 1), _code("f"), _code("s")),
+    "name": _code("HostToDevice"), "cat": _code("HostToDevice"), "ts": _field(2), "pid": _field(3),
+    "tid": _field(4), "id": _str(_num(5)),
+    "extra": pc.if_else(pc.equal(_field(1), 1), pc.scalar('{"bp":"e"}'), pc.scalar(pa.scalar(None, pa.string()))),
+    "kind": _code("flow"), "device": _num(6, _I32), "stream": _num(7, _I32), "corr": _num(5), "step": _num(8, _I32),
+}, 3)
+
+_C_UNIT = _field(5)
+_COUNTER_PROJECTION = _projection({
+    "rank": _field(0).cast(_I32), "ph": _code("C"), "name": _field(2).cast(_I32), "ts": _field(3), "pid": _field(1),
+    "tid": pc.scalar(0),
+    "args": _cat(pc.if_else(pc.equal(_C_UNIT, U_DEPTH), pc.scalar('{"%s":' % _UNITS[U_DEPTH]),
+                 pc.if_else(pc.equal(_C_UNIT, U_BYTES), pc.scalar('{"%s":' % _UNITS[U_BYTES]),
+                            pc.scalar('{"%s":' % _UNITS[U_GBPS]))),
+                 _str(_field(4)), "}"),
+    "kind": _code("counter"), "device": _num(6, _I32), "stream": _num(7, _I32),
+    "value": _field(4).cast(pa.float64(), safe=False), "step": _num(8, _I32),
+}, 4)
+
+_ROWS_PROJECTION = acero.ProjectNodeOptions(
+    [*(pc.field(name) for name in COLUMN_NAMES), pc.scalar(pa.scalar(0, pa.int8())), pc.field("_idx")], _PLAN_NAMES)
+
+#: Row positions, sliced for the sort's `_idx` (a slice costs no conversion); grown as needed.
+_positions: list[pa.Array] = [pa.array(np.arange(1 << 16))]
+
+
+def _idx(n: int) -> pa.Array:
+    if n > len(_positions[0]):
+        _positions[0] = pa.array(np.arange(max(n, 2 * len(_positions[0]))))
+    return _positions[0].slice(0, n)
+
+
+def _source(g: np.ndarray, idx: pa.Array, inputs: dict[str, pa.Array] | None = None) -> acero.Declaration:
+    """A buffer's rows (fields c0, c1, ...) as a plan source: the fields are slices of one
+    array, one numpy-to-Arrow conversion rather than one per field."""
+    n, width = g.shape
+    flat = pa.array(g.ravel(order="F"))
+    cols = {f"c{i}": flat.slice(i * n, n) for i in range(width)}
+    cols["_idx"] = idx
+    if inputs:
+        cols.update(inputs)
+    return acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.table(cols)))
+
+
+def _task_inputs(g: np.ndarray, strings: pa.Array) -> dict[str, pa.Array]:
+    """The string fields a task row's args quote, decoded."""
+    return {"task_type": strings.take(pa.array(g[:, 8])),
+            "copy_kind": strings.take(pa.array(np.maximum(g[:, 13], 0)))}
+
+
+def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array) -> list[acero.Declaration]:
+    """One source-and-projection per buffer (per task kind, when a cut holds several)."""
+    out = []
+    g = buffers["tasks"]
+    if g is not None:
+        kinds = g[:, 7]
+        present = np.unique(kinds).tolist()
+        if len(present) == 1:
+            out.append((_source(g, _idx(len(g)), _task_inputs(g, strings)), _TASK_PROJECTIONS[present[0]]))
+        else:
+            for kind in present:
+                where = np.flatnonzero(kinds == kind)
+                sub = g[where]
+                out.append((_source(sub, pa.array(where), _task_inputs(sub, strings)), _TASK_PROJECTIONS[kind]))
+    for name, projection in (("apis", _API_PROJECTION), ("flows", _FLOW_PROJECTION),
+                             ("counters", _COUNTER_PROJECTION)):
+        g = buffers[name]
+        if g is not None:
+            out.append((_source(g, _idx(len(g))), projection))
+    return [acero.Declaration.from_sequence([src, acero.Declaration("project", proj)]) for src, proj in out]
+
+
+def _rows_branch(rows: list[tuple], strings: list[str], codes: dict[str, int]) -> acero.Declaration:
+    """The full rows as a plan branch, their dictionary text coded (new texts appended to `strings`)."""
+    cols: dict[str, pa.Array] = {}
+    for name, values in zip(COLUMN_NAMES, zip(*rows)):
+        if name in _DICT_COLUMNS:
+            coded: list[int | None] = []
+            for text in values:
+                if text is None:
+                    coded.append(None)
+                    continue
+                code = codes.get(text)
+                if code is None:
+                    code = codes[text] = len(strings)
+                    strings.append(text)
+                coded.append(code)
+            cols[name] = pa.array(coded, _I32)
+        else:
+            cols[name] = pa.array(values, _PLAN_TYPES[name])
+    cols["_idx"] = _idx(len(rows))
+    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.table(cols)))
+    return acero.Declaration.from_sequence([source, acero.Declaration("project", _ROWS_PROJECTION)])
+
+
+def build(rows: list[tuple], buffers: dict[str, np.ndarray | None], strings: list[str],
+           schema: pa.Schema) -> pa.Table:
+    """The rows as one table sorted by (rank, ts), ties in recording order."""
+    # Column-major: each field a contiguous run of the flat array the source slices.
+    fortran = {name: None if g is None else np.asfortranarray(g) for name, g in buffers.items()}
+    if rows:
+        strings = list(strings)
+        branches = [_rows_branch(rows, strings, {text: i for i, text in enumerate(strings)})]
+    else:
+        branches = []
+    dictionary = pa.array(strings, pa.string())
+    branches += _branches(fortran, dictionary)
+    if not branches:
+        return schema.empty_table()
+    # Each branch is its own plan and the sort is numpy's: Acero's union and order_by nodes,
+    # run from the streaming writer thread, corrupted the interpreter's memory (a crash in a
+    # loop of short streamed runs, with the compiled core only).
+    out = pa.concat_tables([branch.to_table(use_threads=False) for branch in branches])
+    order = np.lexsort((out.column("_idx").to_numpy(), out.column("_part").to_numpy(),
+                        out.column("ts").to_numpy(), out.column("rank").to_numpy()))
+    if not np.array_equal(order, np.arange(len(order))):
+        out = out.take(order)
+    out = out.combine_chunks()
+    columns = [pa.DictionaryArray.from_arrays(out.column(name).chunk(0), dictionary)
+               if name in _DICT_COLUMNS else out.column(name) for name in COLUMN_NAMES]
+    return pa.Table.from_arrays(columns, schema=schema)
