@@ -198,8 +198,7 @@ class Chunk:
         columns as built (for a Parquet file: read_trace makes them canonical when it reads)."""
         from runtime_emu.tables import build
 
-        table = build(self.rows, self.buffers, self.strings, arrow_schema(meta))
-        self.rows, self.buffers = [], {}
+        table = build(self, arrow_schema(meta))  # empties this chunk
         if canonical:
             table = canonical_dictionaries(table)
         return Trace(table=table, meta=meta)

@@ -6,6 +6,8 @@ numpy calls per chunk, whoever runs them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.acero as acero
@@ -43,7 +45,6 @@ _PLAN_TYPES = {"rank": _I32, "ph": _I32, "name": _I32, "cat": _I32, "ts": _I64, 
                "device": _I32, "stream": _I32, "corr": _I64, "bytes": _I64, "addr": _I64, "value": pa.float64(),
                "step": _I32}
 _DICT_COLUMNS = ("ph", "name", "cat", "kind")
-_PLAN_NAMES = [*COLUMN_NAMES, "_part", "_idx"]
 
 
 def _field(i: int) -> pc.Expression:
@@ -71,12 +72,29 @@ def _code(text: str) -> pc.Expression:
     return pc.scalar(pa.scalar(_FIXED_CODES[text], _I32))
 
 
-def _projection(columns: dict[str, pc.Expression], part: int) -> acero.ProjectNodeOptions:
-    """All the table's columns (null where `columns` has none), then the sort's tie-breakers."""
-    exprs = [columns[name] if name in columns else pc.scalar(pa.scalar(None, _PLAN_TYPES[name]))
-             for name in COLUMN_NAMES]
-    return acero.ProjectNodeOptions([*exprs, pc.scalar(pa.scalar(part, pa.int8())), pc.field("_idx")],
-                                    _PLAN_NAMES)
+def _projection(columns: dict[str, pc.Expression]) -> acero.ProjectNodeOptions:
+    """The columns a buffer has, in the table's order (the others are added as nulls)."""
+    names = [name for name in COLUMN_NAMES if name in columns]
+    return acero.ProjectNodeOptions([columns[name] for name in names], names)
+
+
+#: Per type, an all-null array sliced for the columns a part lacks (a slice allocates nothing,
+#: where a null literal in a projection fills a buffer); grown as needed.
+_NULLS: dict[pa.DataType, pa.Array] = {}
+
+
+def _nulls(typ: pa.DataType, n: int) -> pa.Array:
+    have = _NULLS.get(typ)
+    if have is None or len(have) < n:
+        have = _NULLS[typ] = pa.nulls(max(n, 1 << 16, 2 * len(have) if have is not None else 0), typ)
+    return have.slice(0, n)
+
+
+def _complete(part: pa.Table) -> pa.Table:
+    """A part with all the table's columns, in order (nulls where it has none)."""
+    n = part.num_rows
+    return pa.Table.from_arrays([part.column(name) if name in part.column_names else _nulls(_PLAN_TYPES[name], n)
+                                 for name in COLUMN_NAMES], names=list(COLUMN_NAMES))
 
 
 _T_STREAM = _num(3, _I32)
@@ -91,7 +109,7 @@ _EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
 #: Per task kind, the projection of its rows: each kind's args is evaluated over its own rows
 #: only (an if_else over the kinds would format every row once per kind).
 _TASK_PROJECTIONS = {
-    kind: _projection({**_TASK_COLUMNS, "args": args}, 1) for kind, args in (
+    kind: _projection({**_TASK_COLUMNS, "args": args}) for kind, args in (
         (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}")),
         (K_MEMCPY, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"', pc.field("copy_kind"),
                         '"}')),
@@ -110,7 +128,7 @@ _API_PROJECTION = _projection({
                  "}"),
     "kind": _field(6).cast(_I32), "device": _num(7, _I32), "stream": _num(8, _I32), "corr": _num(9),
     "bytes": _num(10), "step": _num(11, _I32),
-}, 2)
+})
 
 _FLOW_PROJECTION = _projection({
     "rank": _field(0).cast(_I32), "ph": pc.if_else(pc.equal(_field(1), 1), _code("f"), _code("s")),
@@ -118,7 +136,7 @@ _FLOW_PROJECTION = _projection({
     "tid": _field(4), "id": _str(_num(5)),
     "extra": pc.if_else(pc.equal(_field(1), 1), pc.scalar('{"bp":"e"}'), pc.scalar(pa.scalar(None, pa.string()))),
     "kind": _code("flow"), "device": _num(6, _I32), "stream": _num(7, _I32), "corr": _num(5), "step": _num(8, _I32),
-}, 3)
+})
 
 _C_UNIT = _field(5)
 _COUNTER_PROJECTION = _projection({
@@ -130,28 +148,16 @@ _COUNTER_PROJECTION = _projection({
                  _str(_field(4)), "}"),
     "kind": _code("counter"), "device": _num(6, _I32), "stream": _num(7, _I32),
     "value": _field(4).cast(pa.float64(), safe=False), "step": _num(8, _I32),
-}, 4)
-
-_ROWS_PROJECTION = acero.ProjectNodeOptions(
-    [*(pc.field(name) for name in COLUMN_NAMES), pc.scalar(pa.scalar(0, pa.int8())), pc.field("_idx")], _PLAN_NAMES)
-
-#: Row positions, sliced for the sort's `_idx` (a slice costs no conversion); grown as needed.
-_positions: list[pa.Array] = [pa.array(np.arange(1 << 16))]
+})
 
 
-def _idx(n: int) -> pa.Array:
-    if n > len(_positions[0]):
-        _positions[0] = pa.array(np.arange(max(n, 2 * len(_positions[0]))))
-    return _positions[0].slice(0, n)
 
-
-def _source(g: np.ndarray, idx: pa.Array, inputs: dict[str, pa.Array] | None = None) -> acero.Declaration:
+def _source(g: np.ndarray, inputs: dict[str, pa.Array] | None = None) -> acero.Declaration:
     """A buffer's rows (fields c0, c1, ...) as a plan source: the fields are slices of one
     array, one numpy-to-Arrow conversion rather than one per field."""
     n, width = g.shape
     flat = pa.array(g.ravel(order="F"))
     cols = {f"c{i}": flat.slice(i * n, n) for i in range(width)}
-    cols["_idx"] = idx
     if inputs:
         cols.update(inputs)
     return acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.table(cols)))
@@ -163,73 +169,99 @@ def _task_inputs(g: np.ndarray, strings: pa.Array) -> dict[str, pa.Array]:
             "copy_kind": strings.take(pa.array(np.maximum(g[:, 13], 0)))}
 
 
-def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array) -> list[acero.Declaration]:
-    """One source-and-projection per buffer (per task kind, when a cut holds several)."""
-    out = []
+def _branches(buffers: dict[str, np.ndarray | None],
+              strings: pa.Array) -> tuple[list[acero.Declaration], list[tuple[int, np.ndarray | None]]]:
+    """One source-and-projection per buffer (per task kind, when a cut holds several), in
+    recording order, and for each the size of the buffer it comes from and, when a task kind's
+    rows were picked out, their positions in it."""
+    out, positions = [], []
     g = buffers["tasks"]
     if g is not None:
         kinds = g[:, 7]
         present = np.unique(kinds).tolist()
         if len(present) == 1:
-            out.append((_source(g, _idx(len(g)), _task_inputs(g, strings)), _TASK_PROJECTIONS[present[0]]))
+            out.append((_source(g, _task_inputs(g, strings)), _TASK_PROJECTIONS[present[0]]))
+            positions.append((len(g), None))
         else:
             for kind in present:
                 where = np.flatnonzero(kinds == kind)
                 sub = g[where]
-                out.append((_source(sub, pa.array(where), _task_inputs(sub, strings)), _TASK_PROJECTIONS[kind]))
+                out.append((_source(sub, _task_inputs(sub, strings)), _TASK_PROJECTIONS[kind]))
+                positions.append((len(g), where))
     for name, projection in (("apis", _API_PROJECTION), ("flows", _FLOW_PROJECTION),
                              ("counters", _COUNTER_PROJECTION)):
         g = buffers[name]
         if g is not None:
-            out.append((_source(g, _idx(len(g))), projection))
-    return [acero.Declaration.from_sequence([src, acero.Declaration("project", proj)]) for src, proj in out]
+            out.append((_source(g), projection))
+            positions.append((len(g), None))
+    return [acero.Declaration.from_sequence([src, acero.Declaration("project", proj)]) for src, proj in out], positions
 
 
-def _rows_branch(rows: list[tuple], strings: list[str], codes: dict[str, int]) -> acero.Declaration:
-    """The full rows as a plan branch, their dictionary text coded (new texts appended to `strings`)."""
+def _rows_table(rows: list[tuple], strings: list[str]) -> pa.Table:
+    """The full rows as a table of the plan's types, their dictionary text coded (new texts
+    appended to `strings`)."""
     cols: dict[str, pa.Array] = {}
+    codes = {text: i for i, text in enumerate(strings)}
     for name, values in zip(COLUMN_NAMES, zip(*rows)):
         if name in _DICT_COLUMNS:
-            coded: list[int | None] = []
-            for text in values:
-                if text is None:
-                    coded.append(None)
-                    continue
+            # Arrow dictionary-encodes the texts; the few distinct ones are looked up here.
+            encoded = pa.array(values, pa.dictionary(_I32, pa.string()))
+            remap = []
+            for text in encoded.dictionary.to_pylist():
                 code = codes.get(text)
                 if code is None:
                     code = codes[text] = len(strings)
                     strings.append(text)
-                coded.append(code)
-            cols[name] = pa.array(coded, _I32)
+                remap.append(code)
+            cols[name] = pa.array(remap, _I32).take(encoded.indices)
         else:
             cols[name] = pa.array(values, _PLAN_TYPES[name])
-    cols["_idx"] = _idx(len(rows))
-    source = acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.table(cols)))
-    return acero.Declaration.from_sequence([source, acero.Declaration("project", _ROWS_PROJECTION)])
+    return pa.table(cols)
 
 
-def build(rows: list[tuple], buffers: dict[str, np.ndarray | None], strings: list[str],
-           schema: pa.Schema) -> pa.Table:
-    """The rows as one table sorted by (rank, ts), ties in recording order."""
+def build(chunk: Any, schema: pa.Schema) -> pa.Table:
+    """A recorder Chunk's rows as one table sorted by (rank, ts), ties in recording order.
+    The chunk is emptied as the build goes, so its buffers are freed as soon as they are copied."""
+    rows, strings = chunk.rows, list(chunk.strings)
     # Column-major: each field a contiguous run of the flat array the source slices.
-    fortran = {name: None if g is None else np.asfortranarray(g) for name, g in buffers.items()}
-    if rows:
-        strings = list(strings)
-        branches = [_rows_branch(rows, strings, {text: i for i, text in enumerate(strings)})]
-    else:
-        branches = []
+    fortran = {name: None if g is None else np.asfortranarray(g) for name, g in chunk.buffers.items()}
+    chunk.rows, chunk.buffers = [], {}
+    parts = [_rows_table(rows, strings)] if rows else []
+    positions: list[tuple[int, np.ndarray | None]] = [(len(rows), None)] if rows else []
+    del rows
     dictionary = pa.array(strings, pa.string())
-    branches += _branches(fortran, dictionary)
-    if not branches:
+    branches, more = _branches(fortran, dictionary)
+    del fortran
+    positions += more
+    while branches:  # one plan per branch, its source freed once it has run
+        parts.append(_complete(branches.pop(0).to_table(use_threads=False)))
+    if not parts:
         return schema.empty_table()
-    # Each branch is its own plan and the sort is numpy's: Acero's union and order_by nodes,
-    # run from the streaming writer thread, corrupted the interpreter's memory (a crash in a
-    # loop of short streamed runs, with the compiled core only).
-    out = pa.concat_tables([branch.to_table(use_threads=False) for branch in branches])
-    order = np.lexsort((out.column("_idx").to_numpy(), out.column("_part").to_numpy(),
-                        out.column("ts").to_numpy(), out.column("rank").to_numpy()))
+    # Each branch is its own plan and the sort is numpy's: an Acero union and order_by, run
+    # from the streaming writer thread, corrupted the interpreter's memory (a crash in a loop
+    # of short streamed runs, with the compiled core only).
+    out = pa.concat_tables(parts)
+    del parts
+    keys = [out.column("ts").to_numpy(), out.column("rank").to_numpy()]
+    if any(where is not None for _size, where in positions):
+        # A task kind's rows were picked out: ties go by the position each row was recorded at.
+        pos, base, i = [], 0, 0
+        while i < len(positions):
+            size, where = positions[i]
+            if where is None:
+                pos.append(np.arange(base, base + size))
+                i += 1
+            else:  # the kinds of one buffer, each with its positions in it
+                while i < len(positions) and positions[i][1] is not None:
+                    pos.append(base + positions[i][1])
+                    i += 1
+            base += size
+        keys.insert(0, np.concatenate(pos))
+    order = np.lexsort(keys)  # stable: rows of one ts keep recording order
+    del keys
     if not np.array_equal(order, np.arange(len(order))):
         out = out.take(order)
+    del order
     out = out.combine_chunks()
     columns = [pa.DictionaryArray.from_arrays(out.column(name).chunk(0), dictionary)
                if name in _DICT_COLUMNS else out.column(name) for name in COLUMN_NAMES]
