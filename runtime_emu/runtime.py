@@ -442,13 +442,6 @@ class Runtime:
         self._cut_at = len(rec.tasks) + self._cut_every * TASK_W * 8
         self._cut_rows_at = len(rec.rows) + self._cut_every
 
-    def _cut_before_wait(self) -> None:
-        """A host thread is about to wait for the device (streaming only): cut now if a quarter
-        of a cut has gathered, so the writer takes those rows while the device drains (at the
-        end of a program, that is the last work before finish())."""
-        if self._cut_at and 4 * (self._cut_at - len(self.recorder.tasks)) <= 3 * self._cut_every * TASK_W * 8:
-            self._cut()
-
     def _watermark(self) -> int:
         """The earliest ts a row recorded from now on can have: no earlier than the engine's
         clock, the start of any host call in progress, device task running or step open."""
@@ -707,7 +700,6 @@ class Runtime:
         event = self._check_event(event)
         t0 = th.clock
         target = event.record_seq
-        self._cut_before_wait()
         self.coord.block(th, lambda: event.done_seq >= target, f"event {event.id} is never reached")
         self._sync_done(th, t0, "aclrtSynchronizeEvent", None)
 
@@ -715,7 +707,6 @@ class Runtime:
         th = self._enter()
         stream = self._check_stream(th, stream)
         t0 = th.clock
-        self._cut_before_wait()
         self.coord.block(th, lambda: stream.pending == 0, f"stream {stream.id} never drains")
         self._sync_done(th, t0, "aclrtSynchronizeStream", stream)
 
@@ -724,7 +715,6 @@ class Runtime:
         dev = self._device(th)
         t0 = th.clock
         streams = list(dev.streams.values())
-        self._cut_before_wait()
         self.coord.block(th, lambda: all(s.pending == 0 for s in streams), f"device {dev.id} never drains")
         self._sync_done(th, t0, "aclrtSynchronizeDevice", None)
 

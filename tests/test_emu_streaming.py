@@ -153,18 +153,6 @@ def test_a_host_thread_waiting_on_the_device_lets_the_writer_thread_in(tmp_path,
     assert engine.PULSE_EVENTS == 256
 
 
-def test_a_synchronize_cuts_the_rows_before_it_so_the_writer_has_them_while_the_device_drains(tmp_path):
-    rt = Runtime(seed=1, trace_path=tmp_path / "t.parquet", trace_cut_tasks=4_000)
-    _program(rt, 2_000)  # fewer task rows than a cut: only synchronize_device's cut happens
-    floor = rt._cut_floor
-    held = len(rt.recorder)
-    result = rt.finish()
-    table = read_trace(result.trace_path).table
-    assert 0 < floor < rt.now()
-    assert held == sum(ts >= floor for ts in table.column("ts").to_pylist())  # the rest was cut
-    assert held < table.num_rows // 2
-
-
 def test_many_short_streamed_runs_in_one_process_do_not_crash_it(tmp_path):
     # A build running in the writer thread beside the compiled emulator once corrupted the
     # interpreter's memory (an Acero union node): the process died within 200 of these runs,
