@@ -29,14 +29,15 @@ from runtime_emu.recorder import (
 )
 
 # A chunk becomes a table in one Acero projection per buffer, which maps the buffer's int64
-# fields to all the table's columns, and one sort by (rank, ts), ties in recording order (the
-# full rows, then tasks, API slices, flows, counters, each in the order recorded: build_table's
-# stable sort). The text columns stored as dictionaries (ph, name, cat, kind) go through as
-# codes into the recorder's strings and become dictionary columns at the end; the strings
-# the build itself writes have fixed codes (recorder._FIXED_CODES), so the projections are
-# made once, here. That matters in the streaming writer thread: each Arrow or numpy call a
-# build makes lets go of the GIL and has to win it back from the emulation, and those waits,
-# not the work, were most of a build's time there.
+# fields to the columns its rows have (the others are null), and one sort by (rank, ts), ties
+# in recording order (the full rows, then tasks, API slices, flows, counters, each in the
+# order recorded: build_table's stable sort). The text columns stored as dictionaries (ph,
+# name, cat, kind) go through as codes into the recorder's strings and become dictionary
+# columns at the end; the strings the build itself writes have fixed codes
+# (recorder._FIXED_CODES), so the projections are made once, here. That matters in the
+# streaming writer thread: each Arrow or numpy call a build makes lets go of the GIL and has
+# to win it back from the emulation, and those waits, not the work, were most of a build's
+# time there (a 98k-row cut: 228 such calls before, 86 now).
 _I32 = pa.int32()
 _I64 = pa.int64()
 #: The columns' types inside the plan: the dictionary columns as int32 codes.
@@ -263,6 +264,20 @@ def build(chunk: Any, schema: pa.Schema) -> pa.Table:
         out = out.take(order)
     del order
     out = out.combine_chunks()
-    columns = [pa.DictionaryArray.from_arrays(out.column(name).chunk(0), dictionary)
-               if name in _DICT_COLUMNS else out.column(name) for name in COLUMN_NAMES]
+    columns = [_dictionary_column(out.column(name).chunk(0), dictionary) if name in _DICT_COLUMNS
+               else out.column(name) for name in COLUMN_NAMES]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+#: Above this many strings a dictionary column keeps only the ones its rows use.
+TRIM_ABOVE = 256
+
+
+def _dictionary_column(codes: pa.Array, dictionary: pa.Array) -> pa.DictionaryArray:
+    """Codes into the recorder's strings as a dictionary column. A job with many strings
+    (a multi-rank one: every rank's kernel names) would otherwise write them all into every
+    row group's dictionary pages, 8% of a 16-rank streamed trace."""
+    if len(dictionary) <= TRIM_ABOVE:
+        return pa.DictionaryArray.from_arrays(codes, dictionary)
+    used = pc.unique(codes).drop_null()
+    return pa.DictionaryArray.from_arrays(pc.index_in(codes, value_set=used).cast(_I32), dictionary.take(used))

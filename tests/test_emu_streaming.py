@@ -12,6 +12,7 @@ import pytest
 
 from msprof_py.errors import MsprofError
 from msprof_py.trace import read_trace, write_trace
+from msprof_py.trace.schema import TraceMeta
 from runtime_emu import Kernel, Runtime, scenarios, streaming
 from runtime_emu.scenarios.samples import SAMPLES
 
@@ -178,3 +179,31 @@ def test_many_short_streamed_runs_in_one_process_do_not_crash_it(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stdout) == (0, "survived\n"), run.stderr[-2000:]
     assert list(tmp_path.iterdir()) == []
+
+
+
+def test_a_cut_holds_only_the_strings_its_rows_use():
+    # Every kernel name is a recorder string; a cut after the first 400 kernels names only
+    # what its own rows use (else every row group of a multi-rank trace carries them all).
+    from runtime_emu import tables
+
+    rt = Runtime(seed=1)
+    rt.set_device(0)
+    stream = rt.create_stream()
+    for i in range(400):
+        rt.launch_kernel(Kernel(f"K{i}", 1_000), 1, stream)
+    rt.synchronize_device()
+    middle = rt.now()
+    for _ in range(100):
+        rt.launch_kernel(KERNELS[1], 1, stream)
+    rt.synchronize_device()
+    early = rt.recorder.cut(middle, 0)
+    late = rt.recorder.cut(rt.now() + 1, middle)
+    assert len(late.strings) > tables.TRIM_ABOVE
+    table = late.to_trace(TraceMeta(), canonical=False).table
+    assert table.num_rows == 100 * 6 + 1  # 6 rows a launch, and the second synchronize
+    for name in ("ph", "name", "cat", "kind"):
+        column = table.column(name).combine_chunks()
+        assert sorted(column.dictionary.to_pylist()) == sorted({v for v in column.to_pylist() if v is not None})
+    assert set(table.column("name").to_pylist()) >= {"Add", "aclrtLaunchKernel"}
+    assert len(early.to_trace(TraceMeta(), canonical=False).table.column("name").chunk(0).dictionary) > 400
