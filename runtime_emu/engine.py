@@ -19,7 +19,7 @@ from typing import Any, Callable, Final
 #: Callbacks between two calls of Engine.pulse while a host thread waits (see run_while).
 PULSE_EVENTS: Final = 256
 #: Whether this module runs compiled (mypyc names the extension module's file).
-COMPILED: Final = not __file__.endswith(".py")
+COMPILED: Final = not __file__.endswith((".py", ".pyc"))
 
 
 class _Pending:
