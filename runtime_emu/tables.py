@@ -170,11 +170,11 @@ def _task_inputs(g: np.ndarray, strings: pa.Array) -> dict[str, pa.Array]:
             "copy_kind": strings.take(pa.array(np.maximum(g[:, 13], 0)))}
 
 
-def _branches(buffers: dict[str, np.ndarray | None],
-              strings: pa.Array) -> tuple[list[acero.Declaration], list[tuple[int, np.ndarray | None]]]:
+def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array,
+              start: int) -> tuple[list[acero.Declaration], list[tuple[int, int, np.ndarray | None]]]:
     """One source-and-projection per buffer (per task kind, when a cut holds several), in
-    recording order, and for each the size of the buffer it comes from and, when a task kind's
-    rows were picked out, their positions in it."""
+    recording order, and where each one's rows stand in it: (first position, row count,
+    positions relative to the first when a task kind's rows were picked out, else None)."""
     out, positions = [], []
     g = buffers["tasks"]
     if g is not None:
@@ -182,19 +182,21 @@ def _branches(buffers: dict[str, np.ndarray | None],
         present = np.unique(kinds).tolist()
         if len(present) == 1:
             out.append((_source(g, _task_inputs(g, strings)), _TASK_PROJECTIONS[present[0]]))
-            positions.append((len(g), None))
+            positions.append((start, len(g), None))
         else:
             for kind in present:
                 where = np.flatnonzero(kinds == kind)
                 sub = g[where]
                 out.append((_source(sub, _task_inputs(sub, strings)), _TASK_PROJECTIONS[kind]))
-                positions.append((len(g), where))
+                positions.append((start, len(where), where))
+        start += len(g)
     for name, projection in (("apis", _API_PROJECTION), ("flows", _FLOW_PROJECTION),
                              ("counters", _COUNTER_PROJECTION)):
         g = buffers[name]
         if g is not None:
             out.append((_source(g), projection))
-            positions.append((len(g), None))
+            positions.append((start, len(g), None))
+            start += len(g)
     return [acero.Declaration.from_sequence([src, acero.Declaration("project", proj)]) for src, proj in out], positions
 
 
@@ -227,13 +229,12 @@ def build(chunk: Any, schema: pa.Schema) -> pa.Table:
     # Column-major: each field a contiguous run of the flat array the source slices.
     fortran = {name: None if g is None else np.asfortranarray(g) for name, g in chunk.buffers.items()}
     chunk.rows, chunk.buffers = [], {}
-    parts = [_rows_table(rows, strings)] if rows else []
-    positions: list[tuple[int, np.ndarray | None]] = [(len(rows), None)] if rows else []
-    del rows
+    parts = [_rows_table(rows, strings)] if rows else []  # adds the full rows' new texts
+    positions = [(0, len(rows), None)] if rows else []
     dictionary = pa.array(strings, pa.string())
-    branches, more = _branches(fortran, dictionary)
-    del fortran
+    branches, more = _branches(fortran, dictionary, len(rows))
     positions += more
+    del rows, fortran
     while branches:  # one plan per branch, its source freed once it has run
         parts.append(_complete(branches.pop(0).to_table(use_threads=False)))
     if not parts:
@@ -244,20 +245,10 @@ def build(chunk: Any, schema: pa.Schema) -> pa.Table:
     out = pa.concat_tables(parts)
     del parts
     keys = [out.column("ts").to_numpy(), out.column("rank").to_numpy()]
-    if any(where is not None for _size, where in positions):
+    if any(where is not None for _start, _count, where in positions):
         # A task kind's rows were picked out: ties go by the position each row was recorded at.
-        pos, base, i = [], 0, 0
-        while i < len(positions):
-            size, where = positions[i]
-            if where is None:
-                pos.append(np.arange(base, base + size))
-                i += 1
-            else:  # the kinds of one buffer, each with its positions in it
-                while i < len(positions) and positions[i][1] is not None:
-                    pos.append(base + positions[i][1])
-                    i += 1
-            base += size
-        keys.insert(0, np.concatenate(pos))
+        keys.insert(0, np.concatenate([np.arange(start, start + count) if where is None else start + where
+                                       for start, count, where in positions]))
     order = np.lexsort(keys)  # stable: rows of one ts keep recording order
     del keys
     if not np.array_equal(order, np.arange(len(order))):
