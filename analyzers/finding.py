@@ -59,6 +59,25 @@ class Finding:
     #: References to trace events: dicts with ts/corr/name/stream, most telling first.
     evidence: list[dict[str, Any]] = field(default_factory=list)
     lookup: LookupEntry | None = None
+    #: When one finding groups several separate occurrences of the problem (several bubbles,
+    #: several slowed copies, several ranks), each one: dicts with rank / device / stream /
+    #: ts_ns / dur_ns / lost_ns (whichever apply). Empty: the finding is one occurrence, at
+    #: (ts_ns, dur_ns).
+    occurrences: list[dict[str, Any]] = field(default_factory=list)
+    #: Ranks a cross-rank finding names besides `rank` (e.g. the ranks that waited).
+    ranks: list[int] = field(default_factory=list)
+
+    @property
+    def cost_unit(self) -> str:
+        """'ns' when the finding costs time, 'bytes' when it costs memory, '' when neither."""
+        if self.lost_ns is not None:
+            return "ns"
+        return "bytes" if self.lost_bytes is not None else ""
+
+    @property
+    def cost(self) -> float:
+        """What the finding costs in its own unit (`cost_unit`)."""
+        return float(self.lost_ns if self.lost_ns is not None else self.lost_bytes or 0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,9 +119,18 @@ class AnalysisResult:
     #: Numbers behind the findings, per analyzer (tables as lists of dicts), for reports.
     metrics: dict[str, Any]
 
+    #: The platform the trace ran on ("ascend", "cuda", "rocm" or "unknown"): it picks the lookup text.
+    platform: str = "unknown"
+
     def ranked(self) -> list[Finding]:
-        """Most costly first: severity, then time lost, then bytes lost."""
-        return sorted(self.findings, key=lambda f: (-int(f.severity), -(f.lost_ns or 0), -(f.lost_bytes or 0)))
+        """Most costly first. Time and memory are not comparable, so findings that cost time
+        come first by time lost (the step gets shorter by fixing them), then findings that cost
+        memory by bytes, then the rest; severity only breaks ties."""
+        def key(f: Finding):
+            unit = f.cost_unit
+            return (0 if unit == "ns" else 1 if unit == "bytes" else 2, -f.cost, -int(f.severity))
+
+        return sorted(self.findings, key=key)
 
 
 def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | None = None,
@@ -114,6 +142,7 @@ def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | 
     if unknown:
         raise ValueError(f"unknown analyzer(s) {', '.join(unknown)}; choose from {', '.join(sorted(REGISTRY))}")
     frames = frames or Frames(trace)
+    platform = frames.platform
     findings: list[Finding] = []
     skipped: dict[str, str] = {}
     metrics: dict[str, Any] = {}
@@ -130,9 +159,9 @@ def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | 
         for f in out:
             f.analyzer = name
             if f.lookup is None:
-                f.lookup = lookup(f.code)
+                f.lookup = lookup(f.code, platform)
         findings.extend(out)
-    return AnalysisResult(findings, skipped, metrics)
+    return AnalysisResult(findings, skipped, metrics, platform)
 
 
 def _load_all() -> None:
@@ -140,18 +169,28 @@ def _load_all() -> None:
     from analyzers import bandwidth, bubbles, launch, links, memory, queue, ranks, sync  # noqa: F401
 
 
-@lru_cache(maxsize=1)
-def lookup_table() -> dict[str, LookupEntry]:
-    """The problem-lookup table (analyzers/data/problems.toml), by finding code."""
+PLATFORMS = ("ascend", "cuda", "rocm", "unknown")
+
+
+@lru_cache(maxsize=len(PLATFORMS))
+def lookup_table(platform: str = "unknown") -> dict[str, LookupEntry]:
+    """The problem-lookup table (analyzers/data/problems.toml), by finding code, in the words of
+    `platform`: an entry's `[CODE.cuda]` (or `.ascend`, `.rocm`) sub-table overrides its fields
+    there; `unknown` keeps the platform-neutral text."""
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; choose from {', '.join(PLATFORMS)}")
     text = resources.files("analyzers").joinpath("data/problems.toml").read_text(encoding="utf-8")
     data = tomllib.loads(text)
-    return {code: LookupEntry(code=code, symptom=row["symptom"], cause=row["cause"], remedy=row["remedy"],
-                              references=tuple(row.get("references", ())))
-            for code, row in data.items()}
+    out = {}
+    for code, row in data.items():
+        row = {**{k: v for k, v in row.items() if not isinstance(v, dict)}, **row.get(platform, {})}
+        out[code] = LookupEntry(code=code, symptom=row["symptom"], cause=row["cause"], remedy=row["remedy"],
+                                references=tuple(row.get("references", ())))
+    return out
 
 
-def lookup(code: str) -> LookupEntry:
-    table = lookup_table()
+def lookup(code: str, platform: str = "unknown") -> LookupEntry:
+    table = lookup_table(platform)
     if code not in table:
         raise KeyError(f"finding code {code!r} has no entry in analyzers/data/problems.toml")
     return table[code]

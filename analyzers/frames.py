@@ -137,6 +137,12 @@ class Frames:
         return df.sort_values(["rank", "ts"]).reset_index(drop=True)
 
     @cached_property
+    def platform(self) -> str:
+        """What the trace ran on: "ascend" (emulator, msprof, torch_npu), "cuda", "rocm", or
+        "unknown", from the trace's source format and device properties."""
+        return platform_of(self.trace.meta)
+
+    @cached_property
     def span(self) -> tuple[int, int]:
         t = self.table
         real = t.filter(pc.not_equal(t.column("kind").cast(pa.string()), "meta"))
@@ -145,6 +151,19 @@ class Frames:
         ts = real.column("ts").to_numpy()
         dur = real.column("dur").fill_null(0).to_numpy()
         return int(ts.min()), int((ts + dur).max())
+
+
+def platform_of(meta) -> str:
+    """"ascend", "cuda", "rocm" or "unknown" for a TraceMeta (see Frames.platform)."""
+    if meta.source_format in ("emulator", "ascend") or (meta.extra or {}).get("preset"):
+        return "ascend"
+    props = (meta.source_meta or {}).get("deviceProperties")
+    names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict)) if isinstance(props, list) else ""
+    if any(w in names for w in ("AMD", "Radeon", "Instinct", "MI2", "MI3")):
+        return "rocm"
+    if names or meta.source_format == "kineto":
+        return "cuda"  # Kineto traces come from GPU jobs; without device names, CUDA is the common case
+    return "unknown"
 
 
 def gaps(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
