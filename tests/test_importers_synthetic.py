@@ -37,6 +37,64 @@ def test_kineto_memory_instants_become_alloc_and_free():
     assert set(df["rank"]) == {3}
 
 
+def test_kineto_dataloader_spans_become_data_load():
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+         "pid": 1, "tid": 1, "ts": 1, "dur": 30},
+        {"ph": "X", "cat": "python_function", "name": "torch/utils/data/dataloader.py(631): __next__",
+         "pid": 1, "tid": 1, "ts": 2, "dur": 20},
+        {"ph": "X", "cat": "cpu_op", "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+         "pid": 1, "tid": 2, "ts": 3, "dur": 10},
+        {"ph": "X", "cat": "user_annotation", "name": "## data_load ##", "pid": 1, "tid": 1, "ts": 40, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1, "ts": 41, "dur": 2},
+        {"ph": "X", "cat": "user_annotation", "name": "## forward ##", "pid": 1, "tid": 1, "ts": 50, "dur": 20},
+        {"ph": "X", "cat": "python_function", "name": "upload_metrics", "pid": 1, "tid": 1, "ts": 71, "dur": 2},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 60, "dur": 3,
+         "args": {"correlation": 9}},
+    ]
+    df = _table(ev, schemaVersion=1, distributedInfo={"rank": 1})
+    assert df.sort_values("ts").kind.tolist() == [
+        "step", "data_load", "data_load", "data_load", "data_load", "api", "api", "api", "api"]
+    assert df[df.kind == "data_load"].step.tolist() == [2, 2, 2, 2]
+
+
+def test_kineto_out_of_memory_instant_becomes_alloc_fail():
+    ev = [
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[OutOfMemory]", "pid": 1, "tid": 1, "ts": 10,
+         "args": {"Device Type": 1, "Device Id": 2, "Bytes": 85899345920, "Total Allocated": 4194304,
+                  "Total Reserved": 20971520}},
+        {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[OutOfMemory]", "pid": 1, "tid": 1, "ts": 20,
+         "args": {"Device Type": 0, "Device Id": -1, "Bytes": 1024}},
+    ]
+    df = _table(ev, schemaVersion=1)
+    assert df.kind.tolist() == ["alloc_fail", "alloc_fail"]
+    assert df["bytes"].tolist() == [85899345920, 1024]
+    assert df.device.isna().tolist() == [False, True] and df.device.tolist()[0] == 2
+    # PyTorch does not say how large the largest free block was.
+    assert df.value.isna().all() and df.addr.isna().all()
+
+
+def test_ascend_python_dataloader_spans_become_data_load():
+    ev = [
+        {"ph": "M", "name": "process_name", "pid": 5, "tid": 0, "args": {"name": "Python"}},
+        {"ph": "M", "name": "process_name", "pid": 6, "tid": 0, "args": {"name": "CANN"}},
+        {"ph": "X", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "pid": 5, "tid": 5,
+         "ts": "1704161511421128.989", "dur": 1302.013, "cat": "cpu_op", "args": {"Sequence number": -1}},
+        {"ph": "X", "name": "aten::add", "pid": 5, "tid": 5, "ts": "1704161511422500.000", "dur": 3, "cat": "cpu_op"},
+        {"ph": "X", "name": "AscendCL@aclrtSynchronizeStream", "pid": 6, "tid": 5, "ts": "1704161511422510.000",
+         "dur": 3},
+        {"ph": "i", "s": "t", "name": "[OutOfMemory]", "pid": 5, "tid": 5, "ts": "1704161511422520.000",
+         "args": {"Device Type": 20, "Device Id": 0, "Bytes": 1073741824, "Total Allocated": 0}},
+    ]
+    df = _table(ev)
+    assert import_bytes(json.dumps(ev).encode()).meta.source_format == "ascend"
+    real = df[df.ph != "M"]
+    assert real.kind.tolist() == ["data_load", "api", "sync", "alloc_fail"]
+    assert real["dur"].tolist()[0] == 1302013
+    assert real["bytes"].tolist()[3] == 1073741824 and real.device.tolist()[3] == 0
+
+
 def test_ascend_counters_hccl_and_overlap_tracks():
     ev = [
         {"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "HCCL"}},

@@ -194,6 +194,18 @@ def test_ascend_tracks_by_process_name(real_traces):
         "meta": sum(e.get("ph") == "M" and e["pid"] == cann_pid for e in events),
         "flow": len(flow_starts)})
     assert len(launches) == 146
+    # The Python process's DataLoader spans are data loading; nothing else is.
+    loads = df[df.kind == "data_load"]
+    assert loads.name.astype(str).tolist() == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] * 2
+    assert loads["dur"].tolist() == [1302013, 16571]
+
+
+def test_kineto_data_load_annotations(real_traces):
+    """The sampled 128-rank job wraps its batch's host-to-device copies in `## data_load ##`."""
+    df = imported(real_traces, "kineto/sampled_128rank_rank0.json.gz").to_pandas()
+    loads = df[df.kind == "data_load"]
+    assert loads.name.astype(str).tolist() == ["## data_load ##"] * 2
+    assert loads["dur"].tolist() == [3918000, 3807000]
 
 
 @pytest.mark.parametrize("rel", ALL_JSON)

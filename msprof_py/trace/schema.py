@@ -48,10 +48,16 @@ COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
 RAW_COLUMNS = ("ph", "name", "cat", "ts", "dur", "pid", "tid", "id", "args", "extra")
 TYPED_COLUMNS = ("rank", "kind", "device", "stream", "corr", "bytes", "addr", "value", "step")
 
-#: The normalized meanings shared by every source.
+#: The normalized meanings shared by every source. New kinds go at the end: importers code
+#: kinds by position, and a file written before a kind existed stays readable.
+#: host_work: host computation the device waits on (pre/postprocessing, NMS, CPU ops that are
+#: not runtime calls); data_load: data loading (a DataLoader's `__next__`); mem_read / mem_write:
+#: a device task's access to a buffer (addr = buffer, corr = the task); alloc_fail: an allocation
+#: that failed (bytes = request, value = largest free block when known).
 KINDS = (
     "kernel", "memcpy", "memset", "collective", "api", "launch", "sync", "wait",
     "alloc", "free", "counter", "marker", "step", "flow", "meta",
+    "host_work", "data_load", "mem_read", "mem_write", "alloc_fail",
 )
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 

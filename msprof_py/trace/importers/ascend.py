@@ -56,6 +56,8 @@ def derive(raw: RawEvents) -> Typed:
     host = pid_kind == "host"
     cann = pid_kind == "cann"
     t.kind[is_x & (host | cann)] = "api"
+    # torch_npu's Python process carries the DataLoader's spans.
+    common.data_loading(raw, t, np.flatnonzero(is_x & host))
     cann_x = np.flatnonzero(is_x & cann)
     cann_names = raw.take("name", cann_x)
     t.kind[cann_x[matches(cann_names, r"launch|aclopCompile|ExecuteAsync|aclnn.*Launch")]] = "launch"

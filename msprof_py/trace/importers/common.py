@@ -242,22 +242,46 @@ class _MemArgs(msgspec.Struct):
 
 
 def memory_events(raw: RawEvents, typed: Typed, ph: pa.Array, name: pa.Array) -> None:
-    """PyTorch-style `[memory]` instants: alloc (Bytes > 0) / free (Bytes < 0) with addr and size."""
+    """PyTorch-style `[memory]` instants: alloc (Bytes > 0) / free (Bytes < 0) with addr and size;
+    `[OutOfMemory]` instants (a caching-allocator request that failed): alloc_fail."""
     instants = np.flatnonzero(raw.is_in("ph", ("i", "I")))
-    idx = instants[mask_of(raw.take("name", instants), ("[memory]",))]
-    if not len(idx):
-        return
-    args = decode_args(raw, idx, _MemArgs)
-    size = np.array([to_int(a.Bytes) for a in args], dtype=object)
-    signed = np.array([s if s is not None else 0 for s in size], dtype=np.int64)
-    typed.kind[idx] = np.where(signed < 0, CODE["free"], CODE["alloc"])
-    typed.set("bytes", idx, np.array([abs(s) if s is not None else None for s in size], dtype=object))
-    typed.set("addr", idx, np.array([to_int(a.Addr) for a in args], dtype=object))
-    typed.set("value", idx, np.array([a.TotalAllocated if isinstance(a.TotalAllocated, (int, float)) else np.nan
-                                      for a in args], dtype=np.float64))
+    names = raw.take("name", instants)
+    idx = instants[mask_of(names, ("[memory]",))]
+    oom = instants[mask_of(names, ("[OutOfMemory]",))]
+    if len(idx):
+        args = decode_args(raw, idx, _MemArgs)
+        size = np.array([to_int(a.Bytes) for a in args], dtype=object)
+        signed = np.array([s if s is not None else 0 for s in size], dtype=np.int64)
+        typed.kind[idx] = np.where(signed < 0, CODE["free"], CODE["alloc"])
+        typed.set("bytes", idx, np.array([abs(s) if s is not None else None for s in size], dtype=object))
+        typed.set("addr", idx, np.array([to_int(a.Addr) for a in args], dtype=object))
+        typed.set("value", idx, np.array([a.TotalAllocated if isinstance(a.TotalAllocated, (int, float)) else np.nan
+                                          for a in args], dtype=np.float64))
+        typed.set("device", idx, _mem_devices(args))
+    if len(oom):
+        # PyTorch records the request and the allocator's totals, not the largest free block:
+        # value stays null.
+        args = decode_args(raw, oom, _MemArgs)
+        typed.kind[oom] = "alloc_fail"
+        typed.set("bytes", oom, np.array([to_int(a.Bytes) for a in args], dtype=object))
+        typed.set("device", oom, _mem_devices(args))
+
+
+def _mem_devices(args: list[_MemArgs]) -> np.ndarray:
     # Device Type 0 is the host (CPU) allocator; anything else is an accelerator.
-    dev = [to_int(a.DeviceId) if to_int(a.DeviceType) not in (None, 0) else None for a in args]
-    typed.set("device", idx, np.array(dev, dtype=object))
+    return np.array([to_int(a.DeviceId) if to_int(a.DeviceType) not in (None, 0) else None for a in args],
+                    dtype=object)
+
+
+#: Host spans that are data loading: PyTorch's `enumerate(DataLoader)#<iterator>.__next__`
+#: (user_annotation / cpu_op), the DataLoader's own Python frames, and annotations named so.
+DATA_LOAD_NAMES = r"dataloader|\bdata_?load(er|ing)?\b"
+
+
+def data_loading(raw: RawEvents, typed: Typed, host_x: np.ndarray) -> None:
+    """Mark the host slices `host_x` whose name says data loading as kind data_load."""
+    if len(host_x):
+        typed.kind[host_x[matches(raw.take("name", host_x), DATA_LOAD_NAMES)]] = "data_load"
 
 
 def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device: np.ndarray) -> None:

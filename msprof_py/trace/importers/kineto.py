@@ -77,6 +77,7 @@ def derive(raw: RawEvents) -> Typed:
     t.set("corr", rt, rt_corr_arr)
     host_api = np.flatnonzero(is_x & raw.is_in("cat", _HOST_API_CATS))
     t.kind[host_api] = "api"
+    common.data_loading(raw, t, host_api)
     launched = _launched_corrs(t)
     rt_names = raw.take("name", rt)
     # A launch is a call that puts exactly one task on a stream. Graph launches enqueue many
