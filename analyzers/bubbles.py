@@ -10,8 +10,6 @@ import pandas as pd
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
 
-#: Host slices that are data loading / pre- or postprocessing (besides the emulator's host_work).
-DATA_NAMES = r"dataloader|data_load|preprocess|postprocess|decode|resize|letterbox|\bnms\b"
 CAUSES = {
     "host_launch": ("BUBBLE_HOST_LAUNCH", "host-bound launch"),
     "sync": ("BUBBLE_SYNC", "host synchronize"),
@@ -27,13 +25,30 @@ CAUSES = {
 class BubbleConfig:
     """Thresholds of the bubble analyzer (times in ns)."""
 
-    min_gap_ns: int = 1_000  # gaps shorter than this are dispatch jitter, not bubbles
+    #: Device-side gaps shorter than this are dispatch jitter, not bubbles (gaps waiting for
+    #: the host count at any length).
+    min_gap_ns: int = 1_000
     warning_ratio: float = 0.10  # msprof-analyze advisor: free time > 10% of the step
     critical_ratio: float = 0.30
     #: Cores starving while copies run is cheap to fix (overlap them), so it warns earlier.
     copy_warning_ratio: float = 0.05
     producer_slack_ns: int = 5_000  # a producer "ends the gap" if it ends this close before it
+    #: A sync call that returned this close to the moment the device went idle (or later) was
+    #: waiting for the device to drain: the host could queue nothing behind it.
+    sync_slack_ns: int = 1_000
+    #: Host work covering this share of a late launch's wait makes the gap data loading.
+    work_share: float = 0.5
+    small_kernel_ns: int = 50_000  # seed 000: tasks under ~50 us are worth merging (LAUNCH_BOUND)
     evidence: int = 5
+
+
+#: Causes that are not a problem of the steady state: the pipeline filling before the first
+#: kernel and draining after the last one.
+EDGE_CAUSES = ("fill", "drain")
+#: Causes where the device waited for the host (a late launch).
+HOST_CAUSES = ("host_launch", "launch", "sync", "data")
+GAP_COLUMNS = ["rank", "device", "step", "step_start", "step_end", "ts", "end", "idle_ns", "cause", "next_name",
+               "next_corr", "next_stream", "next_dur"]
 
 
 @register("bubbles", BubbleConfig)
@@ -43,63 +58,146 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     Pattern: the AI Cores of a device run no kernel inside a step (copies and collectives may
     be moving data meanwhile), so the step takes longer than its compute.
 
-    Algorithm: per (rank, device), merge the kernels' intervals and take the gaps between
-    them, clipped to each step (`ProfilerStep#N` on the host; the whole trace when there are
-    none). The kernel that ends a gap says why: if its launch call returned only after the
-    gap began, the host was late -- then what the launching thread did during the gap decides
-    between a host synchronize, host work (data loading / preprocessing) and launch overhead;
-    if it had been launched in time, it waited on the device -- for what ended just before on
-    the device (a copy, a collective, or an event's producer). Per cause, the idle time summed
-    over steps is the time lost; its share of step time sets the severity. In gaps the host
-    caused, time during which the device was copying counts as waiting on a copy.
-    With three or more steps the first (pipeline fill, warm-up) is left out of the verdict.
+    Algorithm: steps are measured on the device: a device op belongs to the step of the launch
+    that created it (the `step` column), and step N's window on a device runs from where step
+    N-1's device work ended to where step N's ends, so the windows tile the device's timeline
+    however far the host ran ahead. Per (rank, device), the gaps of the kernels' union are
+    classified by the kernel that ends each gap. If its launch call returned only after the
+    gap began, the host was late: host work (data loading / preprocessing) covering most of
+    the wait makes it data; a synchronize on the launching thread that returned as the device
+    went idle (it waited for the device to drain, so nothing was queued behind it) makes it
+    sync; otherwise it is launch overhead (small kernels: LAUNCH_BOUND, reported by the launch
+    analyzer). If it had been launched in time, it waited on the device: for what ended just
+    before on the device (a copy, a collective, or an event's producer). In gaps the host
+    caused, the time the device spent copying counts as waiting on a copy. Idle before the
+    first kernel and after the last one is pipeline fill and drain: measured, not a problem.
+    Per cause, the idle time is the time lost; its share of the device's step time (all
+    steps) sets the severity.
     """
     ops = frames.device_ops
-    compute = ops[ops["kind"].astype(str) == "kernel"]
-    if compute.empty:
+    if not (ops["kind"].astype(str) == "kernel").any():
         raise Skipped("no device ops (kernels) in the trace")
-    windows = _step_windows(frames)
+    table = device_gaps(frames, cfg)
+    windows = device_windows(frames)
+    findings = _findings(table, windows, cfg)
+    per_step = step_breakdown(frames, cfg)
+    causes = table.groupby("cause")["idle_ns"].sum().astype(int).to_dict() if len(table) else {}
+    return findings, {"per_step": per_step.to_dict("records"), "gaps": int((~table["cause"].isin(EDGE_CAUSES)).sum()),
+                      "idle_by_cause_ns": causes}
+
+
+def device_windows(frames: Frames) -> dict[tuple[int, int], pd.DataFrame]:
+    """Per (rank, device): the device-side step windows (step, start, end), tiling the device's
+    timeline. Without steps, one window (step None) over the device's ops."""
+    key = ("bubbles.windows",)
+    if key in frames._cache:
+        return frames._cache[key]
+    ops = frames.device_ops
+    out: dict[tuple[int, int], pd.DataFrame] = {}
+    for (rank, device), g in ops.groupby(["rank", "device"], sort=True):
+        stepped = g[g["step"].notna()] if "step" in g else g.iloc[:0]
+        if stepped.empty:
+            out[(int(rank), int(device))] = pd.DataFrame({"step": [None], "start": [int(g["ts"].min())],
+                                                          "end": [int(g["end"].max())]})
+            continue
+        per = stepped.groupby("step").agg(first=("ts", "min"), last=("end", "max")).sort_index()
+        bounds = np.maximum.accumulate(per["last"].to_numpy(np.int64))
+        starts = np.concatenate([[int(per["first"].iloc[0])], bounds[:-1]])
+        out[(int(rank), int(device))] = pd.DataFrame({"step": per.index.astype(np.int64), "start": starts,
+                                                      "end": bounds})
+    frames._cache[key] = out
+    return out
+
+
+def device_gaps(frames: Frames, cfg: BubbleConfig | None = None) -> pd.DataFrame:
+    """Every kernel-idle gap on every device inside its step windows, split at window edges,
+    with its cause (GAP_COLUMNS). Cached per frames: bubbles, launch and reports share it."""
+    cfg = cfg or BubbleConfig()
+    key = ("bubbles.gaps", cfg.min_gap_ns, cfg.producer_slack_ns, cfg.sync_slack_ns, cfg.work_share,
+           cfg.small_kernel_ns)
+    if key in frames._cache:
+        return frames._cache[key]
+    ops = frames.device_ops
+    kernels = ops[ops["kind"].astype(str) == "kernel"]
+    windows = device_windows(frames)
     parts = []
-    for (rank, device), dev_ops in compute.groupby(["rank", "device"], sort=True):
-        dev_ops = dev_ops.sort_values("ts", kind="stable").reset_index(drop=True)
-        ts = dev_ops["ts"].to_numpy()
-        run_end = np.maximum.accumulate(dev_ops["end"].to_numpy())
-        for step, (w0, w1) in windows.get(rank, {None: frames.span}).items():
-            # Only the kernels that can touch this window (ends are cumulative maxima, sorted).
-            lo, hi = np.searchsorted(run_end, w0, side="right"), np.searchsorted(ts, w1, side="left")
-            g = _gaps(dev_ops.iloc[lo:hi], w0, w1, cfg.min_gap_ns)
-            if len(g):
-                parts.append(g.assign(rank=rank, device=device, step=step, step_start=w0, step_end=w1))
-    cols = ["rank", "device", "step", "step_start", "step_end", "ts", "idle_ns", "cause", "next_name", "next_corr",
-            "next_stream"]
+    for (rank, device), k in kernels.groupby(["rank", "device"], sort=True):
+        w = windows[(int(rank), int(device))]
+        g = _kernel_gaps(k.sort_values("ts", kind="stable"), int(w["start"].min()), int(w["end"].max()), 1)
+        if len(g):
+            parts.append(g.assign(rank=int(rank), device=int(device)))
     if not parts:
-        table = pd.DataFrame(columns=cols)
+        table = pd.DataFrame(columns=GAP_COLUMNS)
     else:
         table = pd.concat(parts, ignore_index=True)
-        table["cause"] = _classify(table, ops, frames, cfg)
-        table = _split_copy_time(table, ops)[cols]
-    steady = _drop_warmup(table, windows)
-    findings = _findings(steady, windows, frames, cfg)
-    per_step = _per_step(table, windows, ops)
-    return findings, {"per_step": per_step.to_dict("records"), "gaps": len(table)}
+        inner = ~table["cause"].isin(EDGE_CAUSES)
+        if inner.any():
+            table.loc[inner, "cause"] = _classify(table[inner].reset_index(drop=True), ops, frames, cfg)
+        # Short gaps the device itself leaves (dispatch latency between dependent tasks) are
+        # jitter; short gaps waiting for the host are not: a launch-bound loop is made of them.
+        host_caused = table["cause"].isin(HOST_CAUSES)
+        table = table[host_caused | (table["idle_ns"] >= cfg.min_gap_ns)].reset_index(drop=True)
+        table = _in_windows(table, windows)
+        table = _split_copy_time(table, ops)[GAP_COLUMNS]
+    frames._cache[key] = table
+    return table
 
 
-def _drop_warmup(table: pd.DataFrame, windows: dict) -> pd.DataFrame:
-    """Leave the first step out of the verdict when there are three or more: it fills the
-    pipeline (first copies, caches, compilation) and is not what the job does in steady state."""
-    keep = np.ones(len(table), dtype=bool)
-    for rank, steps in windows.items():
-        numbered = sorted(k for k in steps if k is not None)
-        if len(numbered) >= 3:
-            keep &= ~((table["rank"] == rank) & (table["step"] == numbered[0])).to_numpy()
-    return table[keep]
+def _kernel_gaps(k: pd.DataFrame, w0: int, w1: int, min_gap: int) -> pd.DataFrame:
+    """Idle spans of one device's cores in [w0, w1): the fill before the first kernel, the gaps
+    between kernels (each with the kernel that ends it), and the drain after the last."""
+    ts, end = k["ts"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
+    run_end = np.maximum.accumulate(end)
+    starts = np.concatenate([[w0], run_end])
+    stops = np.concatenate([ts, [w1]])
+    nxt = np.concatenate([np.arange(len(ts)), [-1]])
+    lo, hi = np.maximum(starts, w0), np.minimum(stops, w1)
+    cause = np.full(len(lo), "", dtype=object)
+    cause[0] = "fill"
+    cause[-1] = "drain"
+    keep = (hi - lo) >= min_gap
+    lo, hi, nxt, cause = lo[keep], hi[keep], nxt[keep], cause[keep]
+    has = nxt >= 0
+    pick = k.iloc[np.where(has, nxt, 0)]
+    return pd.DataFrame({
+        "ts": lo, "end": hi, "idle_ns": hi - lo, "cause": cause,
+        "next_name": np.where(has, pick["name"].astype(str).to_numpy(), None),
+        "next_corr": np.where(has, pick["corr"].to_numpy(dtype=np.float64), np.nan),
+        "next_stream": np.where(has, pick["stream"].to_numpy(), -1),
+        "next_dur": np.where(has, pick["dur"].to_numpy(np.int64), 0),
+    })
+
+
+def _in_windows(table: pd.DataFrame, windows: dict) -> pd.DataFrame:
+    """Split each gap at the step-window edges of its device; each piece gets its step."""
+    parts = []
+    for (rank, device), g in table.groupby(["rank", "device"], sort=True):
+        w = windows[(int(rank), int(device))]
+        edges = w["end"].to_numpy(np.int64)
+        first = np.searchsorted(edges, g["ts"].to_numpy(), side="right")
+        last = np.searchsorted(edges, g["end"].to_numpy() - 1, side="right")
+        first = np.minimum(first, len(w) - 1)
+        last = np.minimum(last, len(w) - 1)
+        reps = last - first + 1
+        pieces = g.loc[g.index.repeat(reps)].copy()
+        widx = np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]) if len(g) else np.zeros(0, int)
+        pieces["step"] = w["step"].to_numpy()[widx]
+        pieces["step_start"] = w["start"].to_numpy()[widx]
+        pieces["step_end"] = w["end"].to_numpy()[widx]
+        pieces["ts"] = np.maximum(pieces["ts"].to_numpy(), pieces["step_start"].to_numpy())
+        pieces["end"] = np.minimum(pieces["end"].to_numpy(), pieces["step_end"].to_numpy())
+        pieces["idle_ns"] = pieces["end"] - pieces["ts"]
+        parts.append(pieces[pieces["idle_ns"] > 0])
+    out = pd.concat(parts, ignore_index=True) if parts else table.iloc[:0]
+    out["step"] = out["step"].astype(object)
+    return out
 
 
 def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     """The part of a host-caused gap during which the device was copying is 'waiting on a
     copy' time: the cores starved while data moved."""
     copies = ops[ops["kind"].astype(str).isin(["memcpy", "memset"])]
-    if copies.empty:
+    if copies.empty or table.empty:
         return table
     table = table.copy()
     table["copy_ns"] = 0
@@ -112,49 +210,15 @@ def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
         table.loc[idx, "copy_ns"] = (cover(g["end"].to_numpy()) - cover(g["ts"].to_numpy())).astype(np.int64)
     # Gaps the host caused (late launches, syncs, host work) lose their copy time to "copy":
     # the cores waited for the data. Where they waited on a collective or an event, a copy
-    # running meanwhile (a prefetch) was not what they waited for.
-    splittable = (table["copy_ns"] > 0) & table["cause"].isin(["host_launch", "sync", "data", "other"])
+    # running meanwhile (a prefetch) was not what they waited for; fill and drain stay edges.
+    splittable = (table["copy_ns"] > 0) & table["cause"].isin(["host_launch", "launch", "sync", "data", "other"])
     copy_part = table[splittable].copy()
     copy_part["idle_ns"] = copy_part["copy_ns"]
     copy_part["cause"] = "copy"
     rest = table.copy()
-    moved = splittable
-    rest.loc[moved, "idle_ns"] = rest.loc[moved, "idle_ns"] - rest.loc[moved, "copy_ns"]
+    rest.loc[splittable, "idle_ns"] = rest.loc[splittable, "idle_ns"] - rest.loc[splittable, "copy_ns"]
     out = pd.concat([rest[rest["idle_ns"] > 0], copy_part], ignore_index=True)
     return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
-
-
-def _step_windows(frames: Frames) -> dict[int, dict]:
-    steps = frames.steps
-    out: dict[int, dict] = {}
-    for row in steps.itertuples(index=False):
-        out.setdefault(int(row.rank), {})[int(row.step) if pd.notna(row.step) else None] = (int(row.ts), int(row.end))
-    return out
-
-
-def _gaps(dev_ops: pd.DataFrame, w0: int, w1: int, min_gap: int) -> pd.DataFrame:
-    """Idle spans of one device inside [w0, w1): before the first op, between ops, after the last."""
-    ts, end = dev_ops["ts"].to_numpy(), dev_ops["end"].to_numpy()
-    run_end = np.maximum.accumulate(end) if len(end) else end
-    starts = np.concatenate([[w0], run_end])
-    stops = np.concatenate([ts, [w1]])
-    nxt = np.concatenate([np.arange(len(ts)), [-1]])
-    lo, hi = np.maximum(starts, w0), np.minimum(stops, w1)
-    keep = (hi - lo) >= min_gap
-    lo, hi, nxt = lo[keep], hi[keep], nxt[keep]
-    has = nxt >= 0
-    if not len(dev_ops):  # no kernel touches the window: one gap, ended by nothing
-        pick = pd.DataFrame({"name": [None] * len(lo), "corr": np.nan, "stream": -1, "kind": ""})
-        has = np.zeros(len(lo), dtype=bool)
-    else:
-        pick = dev_ops.iloc[np.where(has, nxt, 0)]
-    return pd.DataFrame({
-        "ts": lo.astype(np.int64), "end": hi.astype(np.int64), "idle_ns": (hi - lo).astype(np.int64),
-        "next_name": np.where(has, pick["name"].astype(str).to_numpy(), None),
-        "next_corr": np.where(has, pick["corr"].to_numpy(dtype=np.float64), np.nan),
-        "next_stream": np.where(has, pick["stream"].to_numpy(), -1),
-        "next_kind": np.where(has, pick["kind"].astype(str).to_numpy(), ""),
-    })
 
 
 def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: BubbleConfig) -> np.ndarray:
@@ -163,50 +227,53 @@ def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: Bubble
     launches = frames.launches.drop_duplicates(["rank", "corr"])[["rank", "corr", "ts", "dur", "pid", "tid"]].copy()
     # The op could not start before its launch call returned: compare the gap with that end.
     launches["launch_ts"] = launches["ts"] + launches["dur"].fillna(0)
-    m = gaps[["rank", "next_corr"]].merge(launches.drop(columns=["ts", "dur"]).rename(columns={"corr": "next_corr"}),
-                                           on=["rank", "next_corr"], how="left")
+    launches = launches.rename(columns={"ts": "call_ts"}).drop(columns=["dur"])
+    m = gaps[["rank", "next_corr"]].merge(launches.rename(columns={"corr": "next_corr"}),
+                                          on=["rank", "next_corr"], how="left")
     launch_ts = m["launch_ts"].to_numpy(dtype=np.float64)
-    has_launch = ~np.isnan(launch_ts)
-    late = has_launch & (launch_ts >= gaps["ts"].to_numpy())
+    call_ts = m["call_ts"].to_numpy(dtype=np.float64)
+    g_ts = gaps["ts"].to_numpy(dtype=np.float64)
+    late = ~np.isnan(launch_ts) & (launch_ts >= g_ts)
     # Host late: what the launching thread did between the device going idle and the launch.
     host = _host_cover(frames)
-    sync = np.zeros(len(gaps))
+    syncs = _sync_ends(frames)
     work = np.zeros(len(gaps))
-    for key, (cover_sync, cover_work) in host.items():
+    synced = np.zeros(len(gaps), dtype=bool)
+    for key, (_cover_sync, cover_work) in host.items():
         rank, pid, tid = key
         sel = late & (gaps["rank"].to_numpy() == rank) & (m["pid"].to_numpy() == pid) & (m["tid"].to_numpy() == tid)
-        if sel.any():
-            a, b = gaps["ts"].to_numpy()[sel], launch_ts[sel]
-            sync[sel] = cover_sync(b) - cover_sync(a)
-            work[sel] = cover_work(b) - cover_work(a)
-    span = np.maximum(launch_ts - gaps["ts"].to_numpy(), 1)
-    cause[late] = "host_launch"
-    cause[late & (work >= 0.3 * span) & (work > sync)] = "data"
-    cause[late & (sync >= 0.3 * span) & (sync >= work)] = "sync"
-    # Launched in time: the device held it. A collective waits for its peers; otherwise the
-    # producer is whatever ended on another stream just before the gap ended.
-    kinds = gaps["next_kind"].to_numpy()
-    cause[~late & (kinds == "collective")] = "collective"
-    rest = ~late & (kinds != "collective") & (gaps["next_corr"].notna().to_numpy())
+        if not sel.any():
+            continue
+        a, b = g_ts[sel], launch_ts[sel]
+        work[sel] = cover_work(b) - cover_work(a)
+        ends = syncs.get(key)
+        if ends is not None and len(ends):
+            # The thread's last sync that returned before this launch call began.
+            i = np.searchsorted(ends, call_ts[sel], side="right") - 1
+            last_end = np.where(i >= 0, ends[np.maximum(i, 0)], -np.inf)
+            synced[sel] = last_end >= a - cfg.sync_slack_ns
+    span = np.maximum(launch_ts - g_ts, 1)
+    small = gaps["next_dur"].to_numpy() < cfg.small_kernel_ns
+    cause[late] = np.where(small[late], "launch", "host_launch")
+    cause[late & synced] = "sync"
+    cause[late & (work >= cfg.work_share * span)] = "data"
+    # Launched in time: the device held it, for whatever ended on the device just before.
+    rest = ~late & gaps["next_corr"].notna().to_numpy()
     if rest.any():
         cause[rest] = _producer_kind(gaps[rest], ops, cfg)
-    # A gap no kernel ends (the tail of a step): judge it by what the rank's host threads did.
-    tail = gaps["next_corr"].isna().to_numpy() & ~late
-    if tail.any():
-        a, b = gaps["ts"].to_numpy()[tail], gaps["end"].to_numpy()[tail]
-        ranks = gaps["rank"].to_numpy()[tail]
-        t_sync, t_work = np.zeros(tail.sum()), np.zeros(tail.sum())
-        for (rank, _pid, _tid), (cover_sync, cover_work) in host.items():
-            mine = ranks == rank
-            if mine.any():
-                t_sync[mine] = np.maximum(t_sync[mine], cover_sync(b[mine]) - cover_sync(a[mine]))
-                t_work[mine] = np.maximum(t_work[mine], cover_work(b[mine]) - cover_work(a[mine]))
-        span_t = np.maximum(b - a, 1)
-        tail_cause = np.full(tail.sum(), "other", dtype=object)
-        tail_cause[(t_work >= 0.3 * span_t) & (t_work > t_sync)] = "data"
-        tail_cause[(t_sync >= 0.3 * span_t) & (t_sync >= t_work)] = "sync"
-        cause[tail] = tail_cause
     return cause
+
+
+def _sync_ends(frames: Frames) -> dict:
+    """Per host thread (rank, pid, tid): the sorted end times of its sync calls."""
+    host = frames.host_calls
+    out = {}
+    if host.empty:
+        return out
+    sync = host[host["kind"].astype(str) == "sync"]
+    for key, g in sync.groupby(["rank", "pid", "tid"]):
+        out[key] = np.sort((g["ts"] + g["dur"].fillna(0)).to_numpy(np.float64))
+    return out
 
 
 def _producer_kind(gaps: pd.DataFrame, ops: pd.DataFrame, cfg: BubbleConfig) -> np.ndarray:
@@ -225,19 +292,88 @@ def _producer_kind(gaps: pd.DataFrame, ops: pd.DataFrame, cfg: BubbleConfig) -> 
     return out
 
 
-def _host_cover(frames: Frames) -> dict:
-    """Per host thread: functions t -> time covered by sync calls / by host work up to t."""
-    host = frames.host_calls
-    out = {}
-    if host.empty:
+#: Causes the bubble analyzer reports (launch overhead before small kernels is LAUNCH_BOUND's).
+REPORTED = tuple(CAUSES)
+
+
+def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Finding]:
+    out = []
+    if table.empty:
         return out
-    kind = host["kind"].astype(str)
-    names = host["name"].astype(str)
-    is_sync = kind == "sync"
-    is_work = (host["cat"].astype(str) == "host_work") | names.str.contains(DATA_NAMES, case=False, regex=True)
-    for key, g in host.groupby(["rank", "pid", "tid"]):
-        out[key] = (_cover(g[is_sync.loc[g.index]]), _cover(g[is_work.loc[g.index]]))
+    for (rank, device, cause), g in table.groupby(["rank", "device", "cause"]):
+        if cause not in REPORTED:
+            continue
+        w = windows[(int(rank), int(device))]
+        total = int((w["end"] - w["start"]).sum()) or 1
+        lost = int(g["idle_ns"].sum())
+        ratio = lost / total
+        warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
+        sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
+               Severity.WARNING if ratio >= warn else Severity.INFO)
+        code, label = CAUSES[cause]
+        top = g.sort_values("idle_ns", ascending=False).head(cfg.evidence)
+        streams = g.loc[g["next_stream"] >= 0, "next_stream"].unique()
+        stream = int(streams[0]) if len(streams) == 1 else None  # the stream whose kernels waited
+        out.append(Finding(
+            code=code, severity=sev, title=f"Device idle: {label}",
+            message=(f"rank {rank} device {device}: {lost / 1e6:.3f} ms idle ({ratio:.1%} of device step time) "
+                     f"in {len(g)} gaps {label}"),
+            rank=int(rank), device=int(device), stream=stream, ts_ns=int(g["ts"].min()),
+            dur_ns=int(g["end"].max() - g["ts"].min()), metric="idle_share", value=round(ratio, 6), threshold=warn, lost_ns=lost,
+            evidence=[{"ts": int(r.ts), "dur": int(r.idle_ns), "next": r.next_name, "corr": _int(r.next_corr),
+                       "stream": int(r.next_stream), "step": _int(r.step)} for r in top.itertuples()],
+            occurrences=occurrences(g, rank=int(rank), device=int(device), stream=stream)))
     return out
+
+
+def occurrences(g: pd.DataFrame, **where) -> list[dict]:
+    """One occurrence per step window (the gaps of one cause in one step), time ordered."""
+    out = []
+    key = g["step_start"].to_numpy()
+    for start in np.unique(key):
+        s = g[key == start]
+        out.append({**where, "step": _int(s["step"].iloc[0]), "ts_ns": int(s["ts"].min()),
+                    "dur_ns": int(s["end"].max() - s["ts"].min()), "lost_ns": int(s["idle_ns"].sum()),
+                    "gaps": len(s)})
+    return out
+
+
+ALL_CAUSES = (*CAUSES, "launch", *EDGE_CAUSES)
+
+
+def step_breakdown(frames: Frames, cfg: BubbleConfig | None = None) -> pd.DataFrame:
+    """Per device step window: compute time (kernels) and idle time by cause, adding up to the
+    window (rank, device, step, step_start, step_end, step_ns, compute_ns, idle_ns,
+    bubble_ratio, idle_<cause>_ns for each cause)."""
+    gaps = device_gaps(frames, cfg)
+    rows = []
+    for (rank, device), w in device_windows(frames).items():
+        mine = gaps[(gaps["rank"] == rank) & (gaps["device"] == device)] if len(gaps) else gaps
+        for step, start, end in zip(w["step"], w["start"], w["end"]):
+            g = mine[mine["step_start"] == start] if len(mine) else mine
+            by = g.groupby("cause")["idle_ns"].sum() if len(g) else pd.Series(dtype=np.int64)
+            idle = int(by.sum())
+            step_ns = int(end - start)
+            row = {"rank": rank, "device": device, "step": _int(step), "step_start": int(start), "step_end": int(end),
+                   "step_ns": step_ns, "compute_ns": step_ns - idle, "idle_ns": idle,
+                   "bubble_ratio": round(idle / step_ns, 6) if step_ns else 0.0}
+            row.update({f"idle_{c}_ns": int(by.get(c, 0)) for c in ALL_CAUSES})
+            rows.append(row)
+    cols = ["rank", "device", "step", "step_start", "step_end", "step_ns", "compute_ns", "idle_ns", "bubble_ratio",
+            *[f"idle_{c}_ns" for c in ALL_CAUSES]]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _host_cover(frames: Frames) -> dict:
+    """Per host thread (rank, pid, tid): functions t -> time covered up to t by its sync calls,
+    and by its host work (kinds host_work and data_load: preprocessing, data loading...)."""
+    calls, work = frames.host_calls, frames.host_work
+    keys = ["rank", "pid", "tid"]
+    syncs = dict(iter(calls[calls["kind"].astype(str) == "sync"].groupby(keys))) if not calls.empty else {}
+    works = dict(iter(work.groupby(keys))) if not work.empty else {}
+    none = pd.DataFrame()
+    return {key: (_cover(syncs.get(key, none)), _cover(works.get(key, none)))
+            for key in sorted(set(syncs) | set(works))}
 
 
 def _cover(rows: pd.DataFrame):
@@ -261,43 +397,6 @@ def _cover(rows: pd.DataFrame):
         return np.where(i >= 0, before[np.maximum(i, 0)] + np.maximum(inside, 0), 0)
 
     return covered
-
-
-def _findings(table: pd.DataFrame, windows: dict, frames: Frames, cfg: BubbleConfig) -> list[Finding]:
-    out = []
-    if table.empty:
-        return out
-    step_time = {}
-    for (rank, device), g in table.groupby(["rank", "device"]):
-        steps = g[["step", "step_start", "step_end"]].drop_duplicates()
-        step_time[(rank, device)] = int((steps["step_end"] - steps["step_start"]).sum())
-    for (rank, device, cause), g in table.groupby(["rank", "device", "cause"]):
-        total = step_time[(rank, device)] or 1
-        lost = int(g["idle_ns"].sum())
-        ratio = lost / total
-        warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
-        sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
-               Severity.WARNING if ratio >= warn else Severity.INFO)
-        code, label = CAUSES[cause]
-        top = g.sort_values("idle_ns", ascending=False).head(cfg.evidence)
-        out.append(Finding(
-            code=code, severity=sev, title=f"Device idle: {label}",
-            message=(f"rank {rank} device {device}: {lost / 1e6:.3f} ms idle ({ratio:.1%} of step time) "
-                     f"in {len(g)} gaps {label}"),
-            rank=int(rank), device=int(device), ts_ns=int(g["ts"].min()), dur_ns=int((g["ts"] + g["idle_ns"]).max() - g["ts"].min()),
-            metric="bubble_ratio", value=round(ratio, 6), threshold=cfg.warning_ratio, lost_ns=lost,
-            evidence=[{"ts": int(r.ts), "dur": int(r.idle_ns), "next": r.next_name, "corr": _int(r.next_corr),
-                       "stream": r.next_stream, "step": _int(r.step)} for r in top.itertuples()]))
-    return out
-
-
-def _per_step(table: pd.DataFrame, windows: dict, ops: pd.DataFrame) -> pd.DataFrame:
-    if table.empty:
-        return pd.DataFrame(columns=["rank", "device", "step", "step_ns", "idle_ns", "bubble_ratio"])
-    g = table.groupby(["rank", "device", "step", "step_start", "step_end"], dropna=False)["idle_ns"].sum().reset_index()
-    g["step_ns"] = g["step_end"] - g["step_start"]
-    g["bubble_ratio"] = g["idle_ns"] / g["step_ns"].clip(lower=1)
-    return g[["rank", "device", "step", "step_ns", "idle_ns", "bubble_ratio"]]
 
 
 def _int(v):

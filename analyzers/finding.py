@@ -123,12 +123,15 @@ class AnalysisResult:
     platform: str = "unknown"
 
     def ranked(self) -> list[Finding]:
-        """Most costly first. Time and memory are not comparable, so findings that cost time
-        come first by time lost (the step gets shorter by fixing them), then findings that cost
-        memory by bytes, then the rest; severity only breaks ties."""
+        """Most costly first. Critical findings without a cost (a race: wrong results) come
+        first; time and memory are not comparable, so findings that cost time come next by time
+        lost (the step gets shorter by fixing them), then findings that cost memory by bytes,
+        then the rest; severity only breaks ties."""
         def key(f: Finding):
             unit = f.cost_unit
-            return (0 if unit == "ns" else 1 if unit == "bytes" else 2, -f.cost, -int(f.severity))
+            group = (0 if not unit and f.severity >= Severity.CRITICAL else 1 if unit == "ns" else
+                     2 if unit == "bytes" else 3)
+            return (group, -f.cost, -int(f.severity))
 
         return sorted(self.findings, key=key)
 

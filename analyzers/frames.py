@@ -92,7 +92,7 @@ class Frames:
         ph_codes, ph_names = _dictionary_codes(t.column("ph"))
         mask = (self.kind_mask(DEVICE_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
                 & _code_mask(ph_codes, ph_names, ("X",)))
-        sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "value"])
+        sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "value", "step"])
         sub = sub.filter(pa.array(mask))
         # Sorted per (rank, device, stream) by ts in Arrow, before the pandas conversion.
         rank = sub.column("rank").to_numpy()
@@ -135,6 +135,27 @@ class Frames:
         df = df[df["ph"] == "X"].copy()
         df["end"] = df["ts"] + df["dur"].fillna(0).astype(np.int64)
         return df.sort_values(["rank", "ts"]).reset_index(drop=True)
+
+    @cached_property
+    def host_work(self) -> pd.DataFrame:
+        """Host computation the device waits on (kinds host_work and data_load), per thread by ts."""
+        df = self._select(("host_work", "data_load"), ("rank", "ph", "pid", "tid", "name", "kind", "ts", "dur"))
+        df = df[df["ph"] == "X"].drop(columns="ph")
+        df["dur"] = df["dur"].fillna(0).astype(np.int64)
+        df["end"] = df["ts"] + df["dur"]
+        return df.sort_values(["rank", "pid", "tid", "ts"], kind="stable").reset_index(drop=True)
+
+    @cached_property
+    def accesses(self) -> pd.DataFrame:
+        """Device tasks' buffer accesses (kinds mem_read / mem_write): addr is the buffer, corr the task."""
+        df = self._select(("mem_read", "mem_write"), ("rank", "ts", "kind", "addr", "corr"))
+        return df[df["addr"].notna() & df["corr"].notna()].reset_index(drop=True)
+
+    @cached_property
+    def alloc_failures(self) -> pd.DataFrame:
+        """Failed allocations (kind alloc_fail): bytes requested, value the largest free block if known."""
+        df = self._select(("alloc_fail",), ("rank", "device", "ts", "bytes", "value"))
+        return df.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
 
     @cached_property
     def platform(self) -> str:

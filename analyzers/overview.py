@@ -26,21 +26,41 @@ def overview(frames: Frames, result: AnalysisResult | None = None) -> dict[str, 
         per_rank = steps.groupby("rank").size()
         span_steps = int(steps["end"].max() - steps["ts"].min()) or 1
         out["throughput_steps_per_s"] = float(per_rank.max() / (span_steps / 1e9))
+    # Per device, over its device-side step windows (the whole device span without steps):
+    # compute (some kernel running) and idle (none) add up to the step time, and the idle is
+    # split by cause, so utilisation + bubble ratio = 1 by construction.
+    from analyzers.bubbles import step_breakdown
+
+    breakdown = step_breakdown(frames) if len(ops) and (ops["kind"].astype(str) == "kernel").any() else None
     util = []
     for (rank, device), g in ops.groupby(["rank", "device"]):
         busy = union_ns(g["ts"].to_numpy(), g["end"].to_numpy())
         span = int(g["end"].max() - g["ts"].min()) or 1
-        util.append({"rank": int(rank), "device": int(device), "busy_ns": busy, "span_ns": span,
-                     "utilisation": round(busy / span, 6)})
+        row = {"rank": int(rank), "device": int(device), "busy_ns": busy, "span_ns": span,
+               "busy_ratio": round(busy / span, 6)}
+        b = breakdown[(breakdown["rank"] == rank) & (breakdown["device"] == device)] if breakdown is not None else None
+        if b is not None and len(b):
+            step_ns, compute_ns = int(b["step_ns"].sum()), int(b["compute_ns"].sum())
+            row.update({"step_time_ns": step_ns, "compute_ns": compute_ns, "idle_ns": step_ns - compute_ns,
+                        "utilisation": round(compute_ns / step_ns, 6) if step_ns else 0.0,
+                        "bubble_ratio": round((step_ns - compute_ns) / step_ns, 6) if step_ns else 0.0})
+        else:
+            row.update({"step_time_ns": span, "compute_ns": 0, "idle_ns": span, "utilisation": 0.0,
+                        "bubble_ratio": 1.0})
+        util.append(row)
     out["devices"] = util
     if util:
-        out["device_utilisation_mean"] = round(float(np.mean([u["utilisation"] for u in util])), 6)
+        total = sum(u["step_time_ns"] for u in util) or 1
+        compute = sum(u["compute_ns"] for u in util)
+        # Time-weighted over devices, so the two shares add up to 1 exactly.
+        out["device_utilisation_mean"] = round(compute / total, 6)
+        out["bubble_ratio"] = round(1 - compute / total, 6)
+    if breakdown is not None and len(breakdown):
+        idle_cols = [c for c in breakdown.columns if c.startswith("idle_") and c.endswith("_ns") and c != "idle_ns"]
+        total = int(breakdown["step_ns"].sum()) or 1
+        out["idle_by_cause"] = {c[5:-3]: round(int(breakdown[c].sum()) / total, 6) for c in idle_cols
+                                if breakdown[c].sum() > 0}
     if result is not None:
-        per_step = result.metrics.get("bubbles", {}).get("per_step", [])
-        if per_step:
-            idle = sum(r["idle_ns"] for r in per_step)
-            total = sum(r["step_ns"] for r in per_step) or 1
-            out["bubble_ratio"] = round(idle / total, 6)
         overlap = result.metrics.get("bandwidth", {}).get("comm_compute_overlap", [])
         if overlap:
             comm = sum(r["comm_ns"] for r in overlap)

@@ -9,13 +9,12 @@ import pandas as pd
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
 
-READ, WRITE = "[access] read", "[access] write"
-
 
 @dataclass
 class SyncConfig:
-    stall_ratio: float = 0.3  # share of a host thread's busy span spent blocked in syncs
+    stall_ratio: float = 0.3  # share of a host thread's span spent blocked in syncs (informational)
     min_stall_ns: int = 1_000_000
+    min_calls: int = 3  # one sync at the end of a program that ran ahead is how programs end, not a stall
     evidence: int = 5
 
 
@@ -29,16 +28,17 @@ def analyze(frames: Frames, cfg: SyncConfig):
     is still running, although the host issued the write first: the dependency between the
     streams was never declared (no event record / wait).
 
-    Algorithm: per host thread, the time inside `sync` calls during which no kernel ran on the
-    rank's devices, over the thread's span (waiting while the device is busy costs nothing).
-    For missing sync, buffer accesses (`[access] read` / `[access] write` instants carrying the
-    buffer address and the task's corr id) are joined to their tasks; a read whose task starts
+    Algorithm: per host thread, the share of its span spent inside `sync` calls; at or above
+    `stall_ratio` it is reported as information. It carries no time lost: what a sync costs is
+    the device idle it causes (nothing queued behind it), which the bubble analyzer measures
+    and reports as BUBBLE_SYNC.
+    For missing sync, buffer accesses (kinds `mem_read` / `mem_write`: the buffer address and the
+    task's corr id, as a sanitizer records them) are joined to their tasks; a read whose task starts
     before a write to the same address on another stream ends, with the write launched first,
     is a race.
     """
     host = frames.host_calls
-    markers = frames._select(("marker",))
-    acc = markers[markers["name"].astype(str).isin([READ, WRITE])] if not markers.empty else markers
+    acc = frames.accesses
     if host.empty and acc.empty:
         raise Skipped("no host calls and no buffer-access records in the trace")
     findings = []
@@ -49,18 +49,20 @@ def analyze(frames: Frames, cfg: SyncConfig):
             span = int((g["ts"] + g["dur"].fillna(0)).max() - g["ts"].min()) or 1
             stalled = int(sync["dur"].fillna(0).sum())
             stalls.append({"rank": int(rank), "tid": int(tid), "sync_ns": stalled, "span_ns": span})
-            # Waiting costs time only while the device has nothing to do: a host blocked in a
-            # sync while the device is busy is a healthy serving loop.
-            idle_in_sync = _device_idle_during(frames, rank, sync)
-            if idle_in_sync >= cfg.min_stall_ns and idle_in_sync >= cfg.stall_ratio * span:
+            # A host blocked in syncs is an observation about the host, not a cost by itself:
+            # the device idle it causes (nothing queued behind the sync) is measured by the
+            # bubble analyzer as BUBBLE_SYNC, so this finding is informational and carries no
+            # time of its own (counting it twice would rank the problem twice).
+            if len(sync) >= cfg.min_calls and stalled >= cfg.min_stall_ns and stalled >= cfg.stall_ratio * span:
+                idle_in_sync = _device_idle_during(frames, rank, sync)
                 top = sync.sort_values("dur", ascending=False).head(cfg.evidence)
                 findings.append(Finding(
-                    code="SYNC_STALL", severity=Severity.WARNING, title="Host stalls in synchronize calls",
+                    code="SYNC_STALL", severity=Severity.INFO, title="Host stalls in synchronize calls",
                     message=(f"rank {rank} thread {tid}: {stalled / 1e6:.3f} ms ({stalled / span:.0%} of its span) "
-                             f"inside {len(sync)} synchronize calls, {idle_in_sync / 1e6:.3f} ms of it with the "
-                             f"device idle"),
-                    rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="idle_sync_share",
-                    value=round(idle_in_sync / span, 4), threshold=cfg.stall_ratio, lost_ns=idle_in_sync,
+                             f"inside {len(sync)} synchronize calls, {idle_in_sync / 1e6:.3f} ms of it with no "
+                             f"kernel running; the device idle they cause is reported as BUBBLE_SYNC"),
+                    rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
+                    value=round(stalled / span, 4), threshold=cfg.stall_ratio,
                     evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
     races = _races(frames, acc)
     for (rank, addr), g in races.groupby(["rank", "addr"]) if not races.empty else []:
@@ -73,7 +75,11 @@ def analyze(frames: Frames, cfg: SyncConfig):
             rank=int(rank), stream=int(first.r_stream), ts_ns=int(first.r_ts), dur_ns=int(first.w_end - first.r_ts),
             metric="overlap_ns", value=float(first.w_end - first.r_ts), threshold=0.0,
             evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
-                       "overlap_ns": int(r.w_end - r.r_ts)} for r in g.head(cfg.evidence).itertuples()]))
+                       "overlap_ns": int(r.w_end - r.r_ts)} for r in g.head(cfg.evidence).itertuples()],
+            # Each racing read is its own occurrence: the same buffer races once per step.
+            occurrences=[{"rank": int(rank), "stream": int(r.r_stream), "ts_ns": int(r.r_ts),
+                          "dur_ns": int(r.w_end - r.r_ts), "reader_corr": int(r.r_corr), "writer_corr": int(r.w_corr)}
+                         for r in g.drop_duplicates("r_corr").itertuples()]))
     return findings, {"host_threads": stalls, "races": len(races)}
 
 
@@ -96,10 +102,11 @@ def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     ops = frames.device_ops[["rank", "corr", "stream", "ts", "end", "name"]]
     launches = frames.launches[["rank", "corr", "ts"]].rename(columns={"ts": "launch_ts"})
-    a = acc[["rank", "name", "addr", "corr"]].merge(ops, on=["rank", "corr"]).merge(launches, on=["rank", "corr"], how="left")
-    a["name_op"] = a["name_y"].astype(str)
-    reads = a[a["name_x"].astype(str) == READ]
-    writes = a[a["name_x"].astype(str) == WRITE]
+    a = acc[["rank", "kind", "addr", "corr"]].merge(ops, on=["rank", "corr"]).merge(launches, on=["rank", "corr"], how="left")
+    a["name_op"] = a["name"].astype(str)
+    kind = a["kind"].astype(str)
+    reads = a[kind == "mem_read"]
+    writes = a[kind == "mem_write"]
     if reads.empty or writes.empty:
         return pd.DataFrame()
     m = reads.merge(writes, on=["rank", "addr"], suffixes=("_r", "_w"))
