@@ -69,7 +69,9 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     sync; otherwise it is launch overhead (small kernels: LAUNCH_BOUND, reported by the launch
     analyzer). If it had been launched in time, it waited on the device: for what ended just
     before on the device (a copy, a collective, or an event's producer). In gaps the host
-    caused, the time the device spent copying counts as waiting on a copy. Idle before the
+    caused, the time the device spent copying counts as waiting on a copy. Waiting on a
+    collective is reported as information only (exposed communication; the slow rank, slow
+    link and contention analyzers name what makes a collective slow). Idle before the
     first kernel and after the last one is pipeline fill and drain: measured, not a problem.
     Per cause, the idle time is the time lost; its share of the device's step time (all
     steps) sets the severity.
@@ -310,6 +312,11 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Fin
         warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
         sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
                Severity.WARNING if ratio >= warn else Severity.INFO)
+        if cause == "collective":
+            # Cores idle while a collective runs is exposed communication: a measurement (the
+            # step breakdown's communication share), not a diagnosis. What makes collectives
+            # slow is reported with its cause by the ranks, links and bandwidth analyzers.
+            sev = Severity.INFO
         code, label = CAUSES[cause]
         top = g.sort_values("idle_ns", ascending=False).head(cfg.evidence)
         streams = g.loc[g["next_stream"] >= 0, "next_stream"].unique()
