@@ -258,7 +258,10 @@ def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: Bubble
     small = gaps["next_dur"].to_numpy() < cfg.small_kernel_ns
     cause[late] = np.where(small[late], "launch", "host_launch")
     cause[late & synced] = "sync"
-    cause[late & (work >= cfg.work_share * span)] = "data"
+    # Host work decides only when it is more than per-op framework dispatch: a small kernel
+    # whose launch followed a few us of op dispatch (aten::select, ...) is launch overhead.
+    dispatch = small & (work < cfg.small_kernel_ns)
+    cause[late & (work >= cfg.work_share * span) & ~dispatch] = "data"
     # Launched in time: the device held it, for whatever ended on the device just before.
     rest = ~late & gaps["next_corr"].notna().to_numpy()
     if rest.any():

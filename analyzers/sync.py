@@ -65,21 +65,29 @@ def analyze(frames: Frames, cfg: SyncConfig):
                     value=round(stalled / span, 4), threshold=cfg.stall_ratio,
                     evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
     races = _races(frames, acc)
-    for (rank, addr), g in races.groupby(["rank", "addr"]) if not races.empty else []:
+    # One missing dependency (reader stream -> writer stream) races once per reading task, on
+    # as many buffers as that task reads: one finding per stream pair, one occurrence per
+    # reading task (its earliest read to the last write it overlapped).
+    for (rank, r_stream, w_stream), g in (races.groupby(["rank", "r_stream", "w_stream"]) if not races.empty
+                                          else []):
         first = g.iloc[0]
+        per_read = g.groupby("r_corr").agg(ts=("r_ts", "min"), end=("w_end", "max"), buffers=("addr", "nunique"))
+        per_read = per_read.sort_values("ts")
         findings.append(Finding(
             code="MISSING_SYNC", severity=Severity.CRITICAL, title="Read before the producing task finished",
-            message=(f"rank {rank}: {first.r_name!r} on stream {first.r_stream} started reading buffer {int(addr):#x} "
-                     f"{(first.w_end - first.r_ts) / 1e3:.1f} us before {first.w_name!r} on stream {first.w_stream} "
-                     f"finished writing it; no event orders them"),
-            rank=int(rank), stream=int(first.r_stream), ts_ns=int(first.r_ts), dur_ns=int(first.w_end - first.r_ts),
-            metric="overlap_ns", value=float(first.w_end - first.r_ts), threshold=0.0,
+            message=(f"rank {rank}: {len(per_read)} task(s) on stream {r_stream} read {g['addr'].nunique()} "
+                     f"buffer(s) while stream {w_stream} was still writing them (e.g. {first.r_name!r} started "
+                     f"reading {int(first.addr):#x} {(first.w_end - first.r_ts) / 1e3:.1f} us before "
+                     f"{first.w_name!r} finished writing it); no event orders stream {r_stream} after stream "
+                     f"{w_stream}"),
+            rank=int(rank), stream=int(r_stream), ts_ns=int(per_read["ts"].min()),
+            dur_ns=int(per_read["end"].max() - per_read["ts"].min()),
+            metric="overlap_ns", value=float((g["w_end"] - g["r_ts"]).max()), threshold=0.0,
             evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
-                       "overlap_ns": int(r.w_end - r.r_ts)} for r in g.head(cfg.evidence).itertuples()],
-            # Each racing read is its own occurrence: the same buffer races once per step.
-            occurrences=[{"rank": int(rank), "stream": int(r.r_stream), "ts_ns": int(r.r_ts),
-                          "dur_ns": int(r.w_end - r.r_ts), "reader_corr": int(r.r_corr), "writer_corr": int(r.w_corr)}
-                         for r in g.drop_duplicates("r_corr").itertuples()]))
+                       "addr": int(r.addr), "overlap_ns": int(r.w_end - r.r_ts)}
+                      for r in g.head(cfg.evidence).itertuples()],
+            occurrences=[{"rank": int(rank), "stream": int(r_stream), "ts_ns": int(r.ts), "dur_ns": int(r.end - r.ts),
+                          "reader_corr": int(corr), "buffers": int(r.buffers)} for corr, r in per_read.iterrows()]))
     return findings, {"host_threads": stalls, "races": len(races)}
 
 
