@@ -88,21 +88,5 @@ def _num(v: Any) -> str:
     return f"{v:,.3f}" if isinstance(v, float) else f"{v:,}"
 
 
-def render_scores(table: list[dict[str, Any]], alarms: list[dict[str, Any]], runs: int, targeted) -> Group:
-    t = Table(title=f"analyzer accuracy over {runs} scenario runs (warning-or-worse findings)")
-    for col in ("problem", "injected", "detected", "recall", "findings", "true", "precision", "target"):
-        t.add_column(col, justify="left" if col == "problem" else "right")
-    for r in table:
-        ok = (r["recall"] or 0) >= 0.95 and (r["precision"] or 0) >= 0.95
-        target = ("PASS" if ok else "MISS") if r["problem"] in targeted else "-"
-        t.add_row(r["problem"], str(r["injected"]), str(r["detected"]), _pct(r["recall"]), str(r["findings"]),
-                  str(r["true"]), _pct(r["precision"]), Text(target, style="green" if target == "PASS" else
-                                                               "red" if target == "MISS" else ""))
-    parts: list = [t, Text(f"false alarms on healthy twins: {len(alarms)}", style="green" if not alarms else "red")]
-    for a in alarms:
-        parts.append(Text(f"  {a['scenario']}: [{a['severity']}] {a['code']}: {a['message']}"))
-    return Group(*parts)
-
-
 def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:.2f}"
