@@ -268,7 +268,7 @@ def analyze(
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
     trace = _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=_window(window))
+    rep = report.build(trace, analyzer, window=_window(window), timelines=0)
     if as_json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
     else:
@@ -278,8 +278,13 @@ def analyze(
 @app.command("report")
 def report_cmd(
     trace_path: TraceArg,
-    output: Annotated[Path, typer.Option("-o", "--output", show_default=False, help="Report file to write.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="md, html (self-contained, works offline) or json.")] = "html",
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", show_default=False,
+        help="Report file to write; its extension picks the format (.md / .markdown, .html / .htm, .json).")],
+    fmt: Annotated[Optional[str], typer.Option(
+        "--format", "-f", show_default=False,
+        help="md, html (self-contained, works offline) or json; only needed when the file name's extension "
+             "is none of these, and must agree with it otherwise.")] = None,
     fail_on: Annotated[Optional[str], typer.Option(
         "--fail-on", show_default=False,
         help="Exit 1 when a finding is at least this severe (warning or critical): for CI gating.")] = None,
@@ -289,8 +294,7 @@ def report_cmd(
     progress: ProgressOpt = None,
 ) -> None:
     """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
-    if fmt not in report.FORMATS:
-        raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(report.FORMATS)}")
+    fmt = report.format_for(output, fmt)
     level = _severity(fail_on) if fail_on is not None else None
     loading.check_parent(output)
     trace = _load(trace_path, lenient, progress, analysis_only=True)
@@ -312,11 +316,11 @@ def diff_cmd(
     lenient: LenientOpt = False,
 ) -> None:
     """Compare two traces: throughput, step time, memory, bubble ratio, and per-finding change."""
-    a = report.build(_load(base, lenient, None, analysis_only=True), window=_window(window))
-    b = report.build(_load(new, lenient, None, analysis_only=True), window=_window(window))
+    a = report.build(_load(base, lenient, None, analysis_only=True), window=_window(window), timelines=0)
+    b = report.build(_load(new, lenient, None, analysis_only=True), window=_window(window), timelines=0)
     table = compare(a, b)
     if as_json:
-        typer.echo(json.dumps(table, indent=2, default=str))
+        typer.echo(json.dumps(table, indent=2, allow_nan=False))
     else:
         Console().print(render_diff(table, str(base), str(new)))
 

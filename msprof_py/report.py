@@ -4,34 +4,79 @@ behind them, as Markdown, self-contained HTML (works offline) or JSON."""
 from __future__ import annotations
 
 import json
+import math
+import re
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from analyzers import Frames, Severity, run
 from analyzers.overview import overview
+from msprof_py.compare import cost_text
+from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
 
 FORMATS = ("md", "html", "json")
+#: Report file extensions and the format each one means.
+EXTENSIONS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
+#: Findings that get an evidence timeline in the HTML report, and at most how many events each.
+TIMELINES = 10
+TIMELINE_EVENTS = 300
 
 
-def build(trace: Trace, names: list[str] | None = None, *, window: str = "all") -> dict[str, Any]:
-    """Run the analyzers and collect everything a report shows (a plain, JSON-able dict)."""
+def format_for(path: str | Path, fmt: str | None = None) -> str:
+    """The report format for `path`: `fmt` when given (it must agree with a known extension),
+    else the one its extension names (.md / .markdown, .html / .htm, .json)."""
+    path = Path(path)
+    ext = path.suffix.lower()
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        if ext in EXTENSIONS and EXTENSIONS[ext] != fmt:
+            raise MsprofError(f"--format {fmt} contradicts the file name {path.name} ({ext} is {EXTENSIONS[ext]}); "
+                              f"drop --format or change the extension")
+        return fmt
+    if ext not in EXTENSIONS:
+        raise MsprofError(f"cannot tell the report format from the file name {path.name}; "
+                          f"use .md, .html or .json, or give --format")
+    return EXTENSIONS[ext]
+
+
+def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
+          timelines: int = TIMELINES) -> dict[str, Any]:
+    """Run the analyzers and collect everything a report shows: a plain dict that is strict
+    JSON (no NaN or infinity: missing numbers are None). Findings are most costly first, each
+    with `cost` in its `cost_unit` ("ns", "bytes" or "" for none); `breakdown` is the per-step
+    time breakdown on the devices; `timelines` the evidence windows of the first `timelines`
+    findings (for the HTML report)."""
     frames = Frames(trace, window=window)
     result = run(trace, names, frames=frames)
     summary = overview(frames, result)
-    return {
+    ranked = result.ranked()
+    findings = [{**f.to_dict(), "cost_unit": f.cost_unit, "cost": f.cost} for f in ranked]
+    shown = findings[:max(timelines, 0)]
+    host = host_slices(frames) if shown else None
+    rows = step_breakdown(frames, result.metrics.get("bubbles"))
+    rep = {
         "schema": 1,
         "source_format": trace.meta.source_format,
+        "platform": result.platform,
         "summary": {k: v for k, v in summary.items() if k not in ("streams", "copies", "devices")},
         "devices": summary.get("devices", []),
         "streams": summary.get("streams", []),
         "copies": summary.get("copies", []),
-        "findings": [f.to_dict() for f in result.ranked()],
+        "findings": findings,
         "skipped": result.skipped,
-        "metrics": _jsonable(result.metrics),
+        "breakdown": rows,
+        "timelines": [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown],
+        "metrics": result.metrics,
     }
+    return _strict(rep)
 
 
 def worst(report: dict[str, Any]) -> Severity | None:
@@ -50,23 +95,24 @@ def write(report: dict[str, Any], path: str | Path, fmt: str) -> Path:
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, default=_default) + "\n"
+    """Strict JSON (RFC 8259): NaN and infinities are null. The evidence timelines stay out:
+    they are copies of trace events, for the HTML report's pictures."""
+    doc = _strict({k: v for k, v in report.items() if k != "timelines"})
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    s = report["summary"]
-    lines = ["# msprof-py bottleneck report", "", "## Summary", "", "| metric | value |", "|---|---|"]
-    for label, value in _summary_rows(s):
-        lines.append(f"| {label} | {value} |")
+    lines = ["# msprof-py bottleneck report", "", "## Summary", "", "| metric | value | definition |", "|---|---|---|"]
+    for label, value, note in _summary_rows(report["summary"]):
+        lines.append(f"| {label} | {value} | {_md(note)} |")
     lines += ["", "## Findings (most costly first)", ""]
     if not report["findings"]:
         lines.append("No findings.")
     for i, f in enumerate(report["findings"], 1):
-        where = _where(f)
         lines += [f"### {i}. [{f['severity']}] {_md(f['title'])} ({f['code']})", "",
                   f"{_md(f['message'])}", "",
-                  f"- where: {where}; lost: {_lost(f)}",
-                  f"- metric: {f['metric']} = {f['value']} (threshold {f['threshold']})"]
+                  f"- where: {_where(f)}; lost: {_lost(f)}",
+                  f"- metric: {f['metric']} = {_val(f['value'])} (threshold {_val(f['threshold'])})"]
         lk = f.get("lookup")
         if lk:
             lines += [f"- symptom: {_md(lk['symptom'])}", f"- cause: {_md(lk['cause'])}",
@@ -74,137 +120,349 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("")
     if report["skipped"]:
         lines += ["## Analyzers skipped", ""] + [f"- {k}: {v}" for k, v in report["skipped"].items()] + [""]
+    steps = report.get("breakdown") or []
+    if steps:
+        lines += ["## Time per step on the device", "",
+                  "Compute, communication, copy and idle never overlap (compute wins over communication, "
+                  "which wins over copy) and add up to the step time.", "",
+                  "| " + " | ".join(_BREAKDOWN_HEAD) + " |", "|" + "---|" * len(_BREAKDOWN_HEAD)]
+        for r in steps[:_TABLE_ROWS]:
+            lines.append("| " + " | ".join(_md(c) for c in _breakdown_cells(r)) + " |")
+        if len(steps) > _TABLE_ROWS:
+            lines.append(f"\n({len(steps) - _TABLE_ROWS} more steps in the JSON report)")
+        lines.append("")
+    head, rows = _device_table(report.get("devices") or [])
+    if rows:
+        lines += ["## Devices", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
     lines += ["## Streams", "", "| rank | device | stream | busy ms | idle ms | queue max | queue mean |",
               "|---|---|---|---|---|---|---|"]
     for r in report["streams"]:
-        lines.append(f"| {r['rank']} | {r['device']} | {r['stream']} | {r['busy_ns'] / 1e6:.3f} | "
-                     f"{r['idle_ns'] / 1e6:.3f} | {r['queue_len_max']} | {r['queue_len_mean']} |")
+        lines.append(f"| {r['rank']} | {r['device']} | {r['stream']} | {_ms(r['busy_ns'])} | "
+                     f"{_ms(r['idle_ns'])} | {_val(r['queue_len_max'])} | {_val(r['queue_len_mean'])} |")
     if report["copies"]:
         lines += ["", "## Copies", "", "| rank | kind | count | GB/s mean | GB/s max |", "|---|---|---|---|---|"]
         for r in report["copies"]:
-            lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {r['gbps_mean']:.3f} | {r['gbps_max']:.3f} |")
+            lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {_val(r['gbps_mean'])} | "
+                         f"{_val(r['gbps_max'])} |")
     return "\n".join(lines) + "\n"
 
 
 def to_html(report: dict[str, Any]) -> str:
+    """One self-contained page (plotly.js inline, works offline). Chart specs are JSON data
+    blocks that plotly's encoder escapes (no '<' in them), so no trace text can end a script."""
     import jinja2
+    import plotly.offline
+    from markupsafe import Markup
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(_HTML)
-    figures = _figures(report)
-    return template.render(report=report, summary=_summary_rows(report["summary"]), figures=figures,
-                           where=_where, lost=_lost)
+    charts = _charts(report)
+    head, rows = _device_table(report.get("devices") or [])
+    return template.render(
+        report=report, summary=_summary_rows(report["summary"]), charts=charts, where=_where, lost=_lost, val=_val,
+        plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
+        breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
+        breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows)
 
 
-def _figures(report: dict[str, Any]) -> list:
-    """Plotly charts as HTML fragments; plotly.js is inlined once so the page works offline."""
+def _script_text(js: str) -> str:
+    r"""JavaScript made safe to inline in <script>: only '</script' and '<!--' can break out
+    of (or confuse) the element, so only they are escaped ('<\/script', '<\x21--' mean the same
+    in JavaScript strings and regular expressions)."""
+    return re.sub(r"<(/script|!--)", lambda m: "<\\/script" if m.group(1).lower().startswith("/")
+                  else "<\\x21--", js, flags=re.IGNORECASE)
+
+
+class _Chart:
+    """A plotly figure as a JSON spec (data, layout, config) for the page's loader script."""
+
+    def __init__(self, fig, key: str) -> None:
+        from markupsafe import Markup
+        from plotly.io.json import to_json_plotly
+
+        self.key = key
+        self.height = int(fig.layout.height)
+        spec = fig.to_plotly_json()
+        spec["config"] = {"displaylogo": False, "responsive": True}
+        # plotly's encoder writes '<', '>' and '/' as \u escapes and NaN as null.
+        self.spec = Markup(to_json_plotly({k: spec[k] for k in ("data", "layout", "config")}))
+
+
+def _charts(report: dict[str, Any]) -> dict[str, Any]:
+    """The page's charts: the per-step breakdown, the time lost per finding and one evidence
+    timeline per finding (None where a finding has no time window)."""
     import plotly.graph_objects as go
-    from markupsafe import Markup
 
-    figs = []
-    per_step = report["metrics"].get("bubbles", {}).get("per_step", [])
-    if per_step:
-        fig = go.Figure()
-        by_dev: dict[str, list] = {}
-        for r in per_step:
-            by_dev.setdefault(f"rank {r['rank']} device {r['device']}", []).append(r)
-        for label, rows in by_dev.items():
-            fig.add_bar(name=label, x=[str(r["step"]) for r in rows], y=[r["bubble_ratio"] for r in rows])
-        fig.update_layout(title="Bubble ratio per step", xaxis_title="step", yaxis_tickformat=".0%", height=320)
-        figs.append(fig)
-    lost = [(f["code"], (f.get("lost_ns") or 0) / 1e6) for f in report["findings"] if f.get("lost_ns")]
+    out: dict[str, Any] = {"breakdown": None, "lost": None, "timelines": []}
+    rows = report.get("breakdown") or []
+    if rows:
+        out["breakdown"] = _Chart(_breakdown_figure(go, rows), "breakdown")
+    lost = [(i, f) for i, f in enumerate(report["findings"], 1) if f.get("cost_unit") == "ns" and f.get("cost")]
     if lost:
-        fig = go.Figure(go.Bar(x=[v for _, v in lost], y=[f"{i + 1}. {c}" for i, (c, _) in enumerate(lost)],
-                               orientation="h"))
-        fig.update_layout(title="Time lost per finding (ms)", yaxis_autorange="reversed", height=120 + 24 * len(lost))
-        figs.append(fig)
-    out = []
-    for i, fig in enumerate(figs):
-        html = fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
-        # Names end up inside <script>: keep a "</" in them from closing the element.
-        out.append(Markup(html.replace("</script", "</scr\\ipt").replace("<\\/scr\\ipt", "</script")
-                          if False else _safe_script(html)))
+        fig = go.Figure(go.Bar(x=[f["cost"] / 1e6 for _, f in lost], y=[f"{i}. {f['code']}" for i, f in lost],
+                               orientation="h", marker_color="#b00020",
+                               hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
+        fig.update_layout(title="Time lost per finding (ms)", yaxis_autorange="reversed", template="plotly_white",
+                          height=max(180, 90 + 28 * len(lost)), margin=dict(l=10, r=20, t=40, b=40),
+                          yaxis_automargin=True, xaxis_title="ms")
+        out["lost"] = _Chart(fig, "lost")
+    for i, w in enumerate(report.get("timelines") or []):
+        out["timelines"].append(_Chart(_timeline_figure(go, w), f"timeline-{i + 1}") if w else None)
     return out
 
 
-def _safe_script(html: str) -> str:
-    """Escape '</' inside the JSON payloads of plotly's script blocks (not the closing tags)."""
-    parts = html.split("</script>")
-    return "</script>".join(p.replace("</", "<\\/") if "<script" in p else p for p in parts)
+_PART_COLOURS = {"compute": "#4c78a8", "communication": "#b279a2", "copy": "#f58518"}
+_HOST_COLOURS = {"api": "#9d9d9d", "launch": "#54a24b", "sync": "#e45756", "wait": "#ff9da6",
+                 "host_work": "#72b7b2", "data_load": "#eeca3b"}
+_CAUSE_LABELS = {"host_launch": "host-bound launch", "launch": "launch overhead", "sync": "host synchronize",
+                 "data": "data loading", "copy": "waiting on a copy", "event": "waiting on an event",
+                 "collective": "waiting on a collective", "fill": "pipeline fill", "drain": "pipeline drain",
+                 "other": "unexplained", UNCLASSIFIED: "unclassified"}
+_IDLE_COLOURS = ["#d62728", "#8c564b", "#bcbd22", "#17becf", "#e377c2", "#7f7f7f", "#9467bd", "#ff9896",
+                 "#c49c94", "#dbdb8d"]
 
 
-def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [("span", f"{s.get('span_ns', 0) / 1e6:.3f} ms"), ("events", f"{s.get('events', 0):,}"),
-            ("ranks", str(s.get("ranks", 0)))]
-    if "steps" in s:
-        rows += [("steps", str(s["steps"])), ("step time (mean)", f"{s['step_time_ns_mean'] / 1e6:.3f} ms"),
-                 ("throughput", f"{s['throughput_steps_per_s']:.2f} steps/s")]
-    if "device_utilisation_mean" in s:
-        rows.append(("device utilisation", f"{s['device_utilisation_mean']:.1%}"))
-    if "bubble_ratio" in s:
-        rows.append(("bubble ratio", f"{s['bubble_ratio']:.1%}"))
+def _cause(c: str) -> str:
+    return _CAUSE_LABELS.get(c, c.replace("_", " "))
+
+
+def _step_label(r: dict[str, Any], many: bool) -> str:
+    step = "all" if r["step"] is None else str(r["step"])
+    return f"r{r['rank']} d{r['device']} · {step}" if many else step
+
+
+def _breakdown_figure(go, rows: list[dict[str, Any]]):
+    many = len({(r["rank"], r["device"]) for r in rows}) > 1
+    x = [_step_label(r, many) for r in rows]
+    fig = go.Figure()
+    for part in PARTS:
+        fig.add_bar(name=part, x=x, y=[r[f"{part}_ns"] / 1e6 for r in rows], marker_color=_PART_COLOURS[part],
+                    hovertemplate=f"{part}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
+    causes: dict[str, int] = {}
+    for r in rows:
+        for c, ns in (r.get("idle_by_cause") or {}).items():
+            causes[c] = causes.get(c, 0) + ns
+    order = sorted(causes, key=lambda c: (c == UNCLASSIFIED, -causes[c]))
+    for k, c in enumerate(order):
+        fig.add_bar(name=f"idle: {_cause(c)}", x=x, y=[(r.get("idle_by_cause") or {}).get(c, 0) / 1e6 for r in rows],
+                    marker_color="#cccccc" if c == UNCLASSIFIED else _IDLE_COLOURS[k % len(_IDLE_COLOURS)],
+                    hovertemplate=f"idle, {_cause(c)}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
+    rest = [r["idle_ns"] - sum((r.get("idle_by_cause") or {}).values()) for r in rows]
+    if any(v > 0 for v in rest):
+        fig.add_bar(name="idle", x=x, y=[v / 1e6 for v in rest], marker_color="#cccccc",
+                    hovertemplate="idle: %{y:.3f} ms<extra>step %{x}</extra>")
+    fig.update_layout(barmode="stack", template="plotly_white", height=400, margin=dict(l=10, r=10, t=40, b=40),
+                      title="Time per step on the device: compute, communication, copy, idle by cause (ms)",
+                      xaxis_title="step", yaxis_title="ms", xaxis_type="category", legend_traceorder="normal")
+    return fig
+
+
+def _timeline_figure(go, w: dict[str, Any]):
+    lanes = w["lanes"]
+    fig = go.Figure()
+    by_cat: dict[str, list[dict[str, Any]]] = {}
+    for e in w["events"]:
+        by_cat.setdefault(e["cat"], []).append(e)
+    for cat, evs in by_cat.items():
+        colour = _PART_COLOURS.get(cat) or _HOST_COLOURS.get(cat, "#888888")
+        fig.add_bar(name=cat, orientation="h", y=[e["lane"] for e in evs], base=[e["ts"] / 1e6 for e in evs],
+                    x=[max(e["dur"], 1) / 1e6 for e in evs], marker_color=colour, marker_line_width=0,
+                    customdata=[[e["name"][:120], e["dur"] / 1e3] for e in evs],
+                    hovertemplate="%{customdata[0]}<br>%{customdata[1]:.1f} us<extra>" + cat + "</extra>")
+    h0, h1 = w["highlight_start_ns"] / 1e6, w["highlight_end_ns"] / 1e6
+    if h1 > h0:
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=h0, x1=h1, y0=0, y1=1, layer="below",
+                      fillcolor="rgba(214,39,40,0.13)", line=dict(color="rgba(214,39,40,0.8)", width=1, dash="dot"))
+    else:
+        fig.add_shape(type="line", xref="x", yref="paper", x0=h0, x1=h0, y0=0, y1=1,
+                      line=dict(color="rgba(214,39,40,0.9)", width=2, dash="dot"))
+    fig.update_layout(barmode="overlay", template="plotly_white", height=max(170, 80 + 26 * len(lanes)),
+                      margin=dict(l=10, r=10, t=10, b=40), showlegend=True, bargap=0.25,
+                      legend=dict(orientation="h", y=-0.25 if len(lanes) > 3 else -0.45),
+                      xaxis=dict(title="ms", range=[w["start_ns"] / 1e6, w["end_ns"] / 1e6]),
+                      yaxis=dict(categoryorder="array", categoryarray=lanes[::-1], automargin=True, type="category"))
+    return fig
+
+
+_TABLE_ROWS = 64
+_BREAKDOWN_HEAD = ("rank", "device", "step", "step ms", "compute ms", "communication ms", "copy ms", "idle ms",
+                   "idle by cause")
+
+
+def _breakdown_cells(r: dict[str, Any]) -> list[str]:
+    causes = ", ".join(f"{_cause(c)} {_ms(ns)}" for c, ns in (r.get("idle_by_cause") or {}).items()) or "-"
+    return [str(r["rank"]), str(r["device"]), "all" if r["step"] is None else str(r["step"]), _ms(r["step_ns"]),
+            _ms(r["compute_ns"]), _ms(r["communication_ns"]), _ms(r["copy_ns"]), _ms(r["idle_ns"]), causes]
+
+
+_DEVICE_COLUMNS = (("busy_ns", "busy ms", "ms"), ("span_ns", "span ms", "ms"), ("busy_ratio", "busy / span", "%"),
+                   ("step_time_ns", "step time ms", "ms"), ("compute_ns", "compute ms", "ms"),
+                   ("utilisation", "utilisation", "%"), ("idle_ratio", "idle", "%"),
+                   ("bubble_ratio", "bubble ratio", "%"))
+
+
+def _device_table(devices: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    cols = [c for c in _DEVICE_COLUMNS if any(c[0] in d for d in devices)]
+    head = ["rank", "device"] + [label for _, label, _ in cols]
+    rows = []
+    for d in devices:
+        cells = [str(d.get("rank")), str(d.get("device"))]
+        for key, _, unit in cols:
+            v = d.get(key)
+            cells.append("-" if v is None else _ms(v) if unit == "ms" else f"{v:.1%}")
+        rows.append(cells)
+    return head, rows
+
+
+def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, definition) rows. Utilisation, idle and the bubble ratio's causes are
+    shares of the same time, so they add up."""
+    rows = [("span", f"{_ms(s.get('span_ns') or 0)} ms", "first event to last"),
+            ("events", f"{s.get('events', 0):,}", ""), ("ranks", str(s.get("ranks", 0)), "")]
+    if s.get("steps") is not None:
+        rows += [("steps", str(s["steps"]), "profiler steps"),
+                 ("step time (mean)", _opt(s.get("step_time_ns_mean"), lambda v: f"{v / 1e6:.3f} ms"), ""),
+                 ("throughput", _opt(s.get("throughput_steps_per_s"), lambda v: f"{v:.2f} steps/s"), "")]
+    util = s.get("device_utilisation_mean")
+    if util is not None:
+        rows.append(("device utilisation", f"{util:.1%}",
+                     "time a compute kernel runs / step time on the device (its span when there are no steps), "
+                     "all devices together"))
+        idle = s.get("idle_ratio", 1 - util)
+        if idle is not None:
+            rows.append(("device idle", f"{idle:.1%}", "1 - device utilisation: no compute kernel running"))
+    bubble = s.get("bubble_ratio")
+    if bubble is not None:
+        rows.append(("bubble ratio", f"{bubble:.1%}", "step time with no compute kernel on the device / step time"))
+    causes = s.get("idle_by_cause") or {}
+    if causes:
+        for c, share in sorted(causes.items(), key=lambda kv: -(kv[1] or 0)):
+            rows.append((f"  idle: {_cause(c)}", _opt(share, lambda v: f"{v:.1%}"), "share of step time"))
+        rest = bubble if bubble is not None else s.get("idle_ratio")
+        if rest is not None:
+            left = rest - sum(v or 0 for v in causes.values())
+            if left > 0.0005:
+                rows.append(("  idle: no cause found", f"{left:.1%}", "share of step time"))
     if s.get("comm_overlap_ratio") is not None:
-        rows.append(("communication hidden under compute", f"{s['comm_overlap_ratio']:.1%}"))
+        rows.append(("communication hidden under compute", f"{s['comm_overlap_ratio']:.1%}",
+                     "collective time overlapped by compute kernels / collective time"))
     if s.get("peak_memory_bytes") is not None:
-        rows.append(("peak device memory", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB"))
+        rows.append(("peak device memory", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB", ""))
     return rows
+
+
+def _opt(v: Any, fmt) -> str:
+    return "-" if v is None else fmt(v)
+
+
+def _ms(ns: Any) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _val(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
 
 
 def _where(f: dict[str, Any]) -> str:
     parts = [f"{k} {f[k]}" for k in ("rank", "device", "stream") if f.get(k) is not None]
+    if f.get("ranks"):
+        parts.append("ranks " + ", ".join(str(r) for r in f["ranks"]))
     if f.get("ts_ns") is not None:
         parts.append(f"at {f['ts_ns'] / 1e6:.3f} ms")
     return ", ".join(parts) or "whole trace"
 
 
 def _lost(f: dict[str, Any]) -> str:
-    if f.get("lost_ns"):
-        return f"{f['lost_ns'] / 1e6:.3f} ms"
-    if f.get("lost_bytes"):
-        return f"{f['lost_bytes'] / 2**20:.1f} MiB"
-    return "-"
+    unit = f.get("cost_unit")
+    if unit is None:  # a finding dict from before cost units
+        unit = "ns" if f.get("lost_ns") is not None else "bytes" if f.get("lost_bytes") is not None else ""
+    cost = f.get("cost")
+    if cost is None:
+        cost = f.get("lost_ns") if unit == "ns" else f.get("lost_bytes")
+    return cost_text(cost, unit)
 
 
-def _md(text: str) -> str:
+def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
+def _strict(o: Any) -> Any:
+    """`o` as plain JSON values: NaN and infinities become None, numpy / pandas scalars
+    Python numbers, arrays lists, anything else unknown its str()."""
+    if isinstance(o, dict):
+        return {str(k): _strict(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, set)):
+        return [_strict(v) for v in o]
+    if isinstance(o, bool) or o is None or isinstance(o, str):
+        return o
+    if isinstance(o, int):
+        return int(o)
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, np.ndarray):
+        return [_strict(v) for v in o.tolist()]
+    if isinstance(o, np.generic):
+        return _strict(o.item())
+    if o is pd.NA or o is pd.NaT:
+        return None
+    if isinstance(o, Enum):
+        return str(o)
     return str(o)
-
-
-def _jsonable(o: Any) -> Any:
-    return json.loads(json.dumps(o, default=_default))
 
 
 _HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>msprof-py report</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
-.critical{color:#b00020}.warning{color:#b36b00}.info{color:#555}.finding{border-left:4px solid #ccc;padding-left:1em;margin:1em 0}
-</style></head><body>
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowrap}.caption{color:#555;font-size:90%;margin:.3em 0}
+.critical{color:#b00020}.warning{color:#b36b00}.info{color:#555}.finding{border-left:4px solid #ccc;padding-left:1em;margin:1.5em 0}
+.chart{width:100%}details{margin:.5em 0}
+</style>
+<script>{{ plotlyjs }}</script>
+</head><body>
+{% macro chart(c) %}<div class="chart" id="chart-{{ c.key }}" style="height:{{ c.height }}px"></div><script type="application/json" class="plotly-spec" data-target="chart-{{ c.key }}">{{ c.spec }}</script>{% endmacro %}
 <h1>msprof-py bottleneck report</h1>
 <h2>Summary</h2>
-<table>{% for k, v in summary %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}</table>
-{% for fig in figures %}<div class="figure">{{ fig }}</div>{% endfor %}
+<table class="summary">{% for k, v, note in summary %}<tr><th>{{ k }}</th><td>{{ v }}</td><td class="note">{{ note }}</td></tr>{% endfor %}</table>
+{% if charts.breakdown %}<h2>Time per step on the device</h2>
+<p class="caption">Compute, communication, copy and idle never overlap (compute wins over communication, which wins over copy) and add up to the step time; idle is split by what the device waited for.</p>
+{{ chart(charts.breakdown) }}
+<details><summary>Table</summary><table><tr>{% for h in breakdown_head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in breakdown_rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% if breakdown_more %}<p class="caption">{{ breakdown_more }} more steps in the JSON report.</p>{% endif %}</details>{% endif %}
+{% if charts.lost %}{{ chart(charts.lost) }}{% endif %}
 <h2>Findings (most costly first)</h2>
 {% if not report.findings %}<p>No findings.</p>{% endif %}
 {% for f in report.findings %}
 <div class="finding"><h3 class="{{ f.severity }}">{{ loop.index }}. [{{ f.severity }}] {{ f.title }} <small>({{ f.code }})</small></h3>
 <p>{{ f.message }}</p>
-<p>where: {{ where(f) }}; lost: {{ lost(f) }}; {{ f.metric }} = {{ f.value }} (threshold {{ f.threshold }})</p>
+<p>where: {{ where(f) }}; lost: {{ lost(f) }}; {{ f.metric }} = {{ val(f.value) }} (threshold {{ val(f.threshold) }})</p>
 {% if f.lookup %}<table><tr><th>symptom</th><td>{{ f.lookup.symptom }}</td></tr>
 <tr><th>cause</th><td>{{ f.lookup.cause }}</td></tr><tr><th>remedy</th><td>{{ f.lookup.remedy }}</td></tr></table>{% endif %}
+{% if loop.index0 < charts.timelines|length and charts.timelines[loop.index0] %}{% set w = report.timelines[loop.index0] %}
+<p class="caption">Evidence: the {{ {"finding": "finding's window", "evidence": "most telling event", "occurrence": "costliest occurrence"}[w.source] }}, {{ "%.3f"|format(w.highlight_start_ns / 1e6) }} to {{ "%.3f"|format(w.highlight_end_ns / 1e6) }} ms (shaded), with device ops per stream and host calls per thread around it{% if w.dropped %}; the {{ w.events|length }} longest events shown, {{ w.dropped }} shorter ones left out{% endif %}.</p>
+{{ chart(charts.timelines[loop.index0]) }}{% endif %}
 </div>{% endfor %}
 {% if report.skipped %}<h2>Analyzers skipped</h2><ul>{% for k, v in report.skipped.items() %}<li>{{ k }}: {{ v }}</li>{% endfor %}</ul>{% endif %}
+{% if device_rows %}<h2>Devices</h2><table><tr>{% for h in device_head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in device_rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
 <h2>Streams</h2>
 <table><tr><th>rank</th><th>device</th><th>stream</th><th>busy ms</th><th>idle ms</th><th>queue max</th><th>queue mean</th></tr>
-{% for r in report.streams %}<tr><td>{{ r.rank }}</td><td>{{ r.device }}</td><td>{{ r.stream }}</td><td>{{ "%.3f"|format(r.busy_ns / 1e6) }}</td><td>{{ "%.3f"|format(r.idle_ns / 1e6) }}</td><td>{{ r.queue_len_max }}</td><td>{{ r.queue_len_mean }}</td></tr>{% endfor %}
+{% for r in report.streams %}<tr><td>{{ r.rank }}</td><td>{{ r.device }}</td><td>{{ r.stream }}</td><td>{{ "%.3f"|format(r.busy_ns / 1e6) }}</td><td>{{ "%.3f"|format(r.idle_ns / 1e6) }}</td><td>{{ val(r.queue_len_max) }}</td><td>{{ val(r.queue_len_mean) }}</td></tr>{% endfor %}
 </table>
 {% if report.copies %}<h2>Copies</h2><table><tr><th>rank</th><th>kind</th><th>count</th><th>GB/s mean</th><th>GB/s max</th></tr>
-{% for r in report.copies %}<tr><td>{{ r.rank }}</td><td>{{ r.kind }}</td><td>{{ r.count }}</td><td>{{ "%.3f"|format(r.gbps_mean) }}</td><td>{{ "%.3f"|format(r.gbps_max) }}</td></tr>{% endfor %}</table>{% endif %}
+{% for r in report.copies %}<tr><td>{{ r.rank }}</td><td>{{ r.kind }}</td><td>{{ r.count }}</td><td>{{ val(r.gbps_mean) }}</td><td>{{ val(r.gbps_max) }}</td></tr>{% endfor %}</table>{% endif %}
+<script>
+document.querySelectorAll("script.plotly-spec").forEach(function (s) {
+  var spec = JSON.parse(s.textContent);
+  Plotly.newPlot(s.getAttribute("data-target"), spec.data, spec.layout, spec.config);
+});
+</script>
 </body></html>
 """
