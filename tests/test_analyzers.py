@@ -84,7 +84,7 @@ def test_queue_congestion_when_the_host_floods_a_stream():
     rt.synchronize_stream(s)
     result = run(rt.finish().trace, ["queue"])
     (f,) = findings(result, "QUEUE_CONGESTION")
-    assert f.stream == 1 and f.value == 8.0 and f.threshold == pytest.approx(7.2)
+    assert f.stream == 1 and f.value == 8.0 and f.threshold == pytest.approx(7.6)  # 95% of the limit
     # 32 launches waited for a retiring task; each blocked most of a 50 us kernel.
     assert f.lost_ns > 32 * 40_000
     assert result.metrics["queue"]["queue_limit"] == 8
