@@ -51,8 +51,9 @@ def analyze(frames: Frames, cfg: QueueConfig):
     queue length plus the task running on the stream, if one is (the runtime counts a task until
     it retires). A launch is made at a full queue when the occupancy is at least
     `(1 - full_slack) * limit`; it blocked for its duration minus the usual duration of a launch
-    of the same API on the same thread made while the queue was not full (the median). A
-    stream's cost is the sum of blocked time. Full launches form congestion episodes, split
+    of the same API on the same thread made while the queue was not full (their median), unless
+    that excess is within those launches' own spread (90th percentile minus median), in which
+    case it did not block. A stream's cost is the sum of blocked time. Full launches form congestion episodes, split
     where a launch between them found the queue at `episode_release * limit` or below; each
     episode has its window (first blocked launch to the end of the last) and cost, listed as
     occurrences when there are several. Severity: no finding while the queue stays under
