@@ -1,10 +1,13 @@
-"""Slow ranks: one rank computing, communicating or idling more than the others."""
+"""Slow ranks: the rank the others wait for in their collectives."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, union_ns
@@ -12,64 +15,204 @@ from analyzers.frames import Frames, union_ns
 
 @dataclass
 class RankConfig:
-    spread: float = 0.05  # msprof-analyze advisor: (max - min) / mean > 5%
-    critical_spread: float = 0.2
-    min_spread_ns: int = 50_000  # ignore spreads too small to matter
+    #: A rank counts as the one a collective waited for only when it arrived at least this much
+    #: after the next-latest rank (below it, arrival order is noise).
+    min_late_ns: int = 10_000
+    #: The straggler must explain at least this share of all the waiting in matched collectives.
+    min_share_of_waiting: float = 0.5
+    min_lost_ns: int = 50_000
+    warning: float = 0.05  # lost time >= 5% of the job's span: warning
+    critical: float = 0.2  # >= 20%: critical
+    spread: float = 0.05  # msprof-analyze advisor: (max - min) / mean > 5% (supporting metric)
+    evidence: int = 5
 
 
 @register("ranks", RankConfig)
 def analyze(frames: Frames, cfg: RankConfig):
-    """Slow rank.
+    """Slow rank (straggler).
 
-    Pattern: in a multi-rank job one rank's compute (or communication, or idle) time differs
-    from the others', so every collective waits for it.
+    Pattern: in a multi-rank job one rank reaches the collectives later than the others (its
+    device computes slower, or its host is late launching: data loading, preprocessing), so
+    every other rank sits waiting in each collective until it arrives.
 
-    Algorithm: per rank, compute = union of kernel time, communication = union of collective
-    time, free = the job's span minus the union of all device work. For each of the three,
-    spread = (max - min) / mean across ranks (msprof-analyze's rule: > 5% flags a slow
-    rank). The straggler is the rank with the most compute (it makes the others wait in
-    communication); with compute even, the rank with the least communication time arrived
-    last to every collective.
+    Algorithm: a rank's part of a collective is the collective op plus the wait tasks (kind
+    `wait`, e.g. HCCL's Notify_Wait) that share its correlation id on its stream; the rank
+    arrives at the start of that part. (On NCCL traces the collective kernel itself spins until
+    the peers arrive, so its start is the arrival.) The same collective is matched across ranks
+    by (stream, name, bytes, n-th such collective on the rank's stream), falling back to
+    (name, bytes, n-th) when streams are numbered differently per rank; a match counts only if
+    no part ended before the last arrival (a collective cannot complete before every member
+    arrives: this rejects point-to-point ops matched with the wrong peer). Per matched
+    collective, the rank arriving last (by at least `min_late_ns` over the next) is the one
+    the others waited for, and each other rank waited (last arrival - its arrival).
+    The straggler is the rank the others waited for most. Its cost, summed over the
+    collectives where it came last, is the *mean* wait of the other members: the time an
+    average rank of the job sat idle in that collective because of it, which is what an
+    independent measurement of "time the other ranks spend waiting in collectives" gives
+    (the max would overstate it whenever one rank was itself a bit late; the sum over ranks
+    counts device-time, not job time). One finding names the straggler (`rank`), the ranks
+    that waited (`ranks`) and the window from the first to the last affected collective (one
+    straggler is one problem: the collectives it held up are evidence and metrics, not separate
+    occurrences); per-rank compute / communication / wait / free time are in the metrics. Severity: warning when the cost is >= `warning`
+    of the job's span, critical when >= `critical`; info below. msprof-analyze's rule,
+    spread = (max - min) / mean of per-rank compute, communication (collectives with their
+    waits) and free time, is kept as a supporting metric.
     """
     ops = frames.device_ops
-    ranks = sorted(ops["rank"].unique())
+    ranks = sorted(int(r) for r in ops["rank"].unique())
     if len(ranks) < 2:
         raise Skipped("fewer than two ranks in the trace")
     t0, t1 = int(ops["ts"].min()), int(ops["end"].max())
+    span = max(t1 - t0, 1)
+    parts = collective_parts(frames)
+    rows = _spreads(ops, parts, ranks, span)
+    metrics: dict = {"ranks": rows}
+    inst = match_collectives(parts)
+    metrics["collectives_matched"] = int(inst["instance"].nunique()) if not inst.empty else 0
+    if inst.empty:
+        return [], metrics
+    per = _per_collective(inst, cfg)
+    waited = per[per["late_rank"] >= 0]
+    caused = waited.groupby("late_rank")["mean_wait_ns"].sum()
+    total_wait = float(per["mean_wait_ns"].sum())
+    metrics["caused_wait_ns"] = {int(r): int(v) for r, v in caused.items()}
+    if caused.empty:
+        return [], metrics
+    straggler = int(caused.idxmax())
+    lost = int(caused.max())
+    if lost < cfg.min_lost_ns or (total_wait and lost / total_wait < cfg.min_share_of_waiting):
+        return [], metrics
+    mine = waited[waited["late_rank"] == straggler].sort_values("first_arrival_ns")
+    share = lost / span
+    severity = (Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning
+                else Severity.INFO)
+    waiting = sorted({r for ws in mine["waits"] for r, w in ws.items() if w > 0})
+    ts = int(mine["first_arrival_ns"].min())
+    end = int(mine["end_ns"].max())
+    # The collectives it held up (all in the metrics, the costliest as evidence). They are not
+    # separate occurrences: one straggler is one problem, over the window they span. The
+    # collective's stream is where the others waited, not where the straggler was slow (its
+    # compute stream or its host), so they name the collective's stream as such.
+    held = [{"rank": straggler, "collective_stream": int(o.stream), "name": o.name, "ts": int(o.first_arrival_ns),
+             "dur": int(o.last_arrival_ns - o.first_arrival_ns), "lost_ns": int(o.mean_wait_ns)}
+            for o in mine.itertuples()]
+    metrics["held_up"] = held
+    by_rank = {r["rank"]: r for r in rows}
+    finding = Finding(
+        code="SLOW_RANK", severity=severity, title="Slow rank: the others wait for it in collectives",
+        message=(f"rank {straggler} arrived last at {len(mine)} of {len(per)} matched collectives; "
+                 f"{len(waiting)} other rank(s) waited {mine['mean_wait_ns'].mean() / 1e6:.3f} ms on average "
+                 f"each time, {lost / 1e6:.3f} ms in all ({share:.1%} of the job's span)"),
+        rank=straggler, device=by_rank[straggler].get("device"), ts_ns=ts, dur_ns=end - ts,
+        metric="collective_wait_caused_ns", value=float(lost), threshold=float(cfg.warning * span),
+        lost_ns=lost, ranks=waiting,
+        evidence=sorted(held, key=lambda h: -h["lost_ns"])[: cfg.evidence])
+    return [finding], metrics
+
+
+def collective_parts(frames: Frames) -> pd.DataFrame:
+    """One row per collective op: rank, device, stream, name, bytes, corr, arrival_ns (start of
+    its wait tasks, else of the op), ts, end, wait_ns (time in its wait tasks)."""
+    ops = frames.device_ops
+    colls = ops[ops["kind"].astype(str) == "collective"]
+    cols = ["rank", "device", "stream", "name", "bytes", "corr", "arrival_ns", "ts", "end", "wait_ns"]
+    if colls.empty:
+        return pd.DataFrame(columns=cols)
+    c = pd.DataFrame({"rank": colls["rank"].to_numpy().astype(np.int64), "device": colls["device"].to_numpy(),
+                      "stream": colls["stream"].to_numpy(), "name": colls["name"].astype(str).to_numpy(),
+                      "bytes": colls["bytes"].fillna(-1).to_numpy().astype(np.int64),
+                      "corr": colls["corr"].to_numpy(dtype=np.float64),
+                      "ts": colls["ts"].to_numpy(), "end": colls["end"].to_numpy()})
+    waits = _device_waits(frames)
+    c["arrival_ns"] = c["ts"]
+    c["wait_ns"] = 0
+    if not waits.empty and c["corr"].notna().any():
+        w = waits.groupby(["rank", "stream", "corr"]).agg(wts=("ts", "min"), wdur=("dur", "sum")).reset_index()
+        m = c.reset_index().merge(w, on=["rank", "stream", "corr"], how="left").set_index("index")
+        has = m["wts"].notna() & (m["wts"] <= m["ts"])
+        c.loc[has[has].index, "arrival_ns"] = m.loc[has, "wts"].astype(np.int64)
+        c.loc[has[has].index, "wait_ns"] = m.loc[has, "wdur"].astype(np.int64)
+    return c[cols].sort_values(["rank", "stream", "ts"], kind="stable").reset_index(drop=True)
+
+
+def _device_waits(frames: Frames) -> pd.DataFrame:
+    """Wait tasks that ran on a device stream (X events of kind wait with a stream and corr)."""
+    t = frames.table
+    mask = (frames.kind_mask(("wait",)) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+            & t.column("corr").is_valid().to_numpy(zero_copy_only=False))
+    if not mask.any():
+        return pd.DataFrame(columns=["rank", "stream", "corr", "ts", "dur"])
+    sub = t.select(["rank", "ph", "stream", "corr", "ts", "dur"]).filter(pa.array(mask))
+    sub = sub.filter(pc.equal(sub.column("ph").cast(pa.string()), "X"))
+    return pd.DataFrame({"rank": sub.column("rank").to_numpy().astype(np.int64),
+                         "stream": sub.column("stream").to_numpy().astype(np.int64),
+                         "corr": sub.column("corr").to_numpy().astype(np.float64),
+                         "ts": sub.column("ts").to_numpy(),
+                         "dur": sub.column("dur").fill_null(0).to_numpy()})
+
+
+def match_collectives(parts: pd.DataFrame) -> pd.DataFrame:
+    """`parts` with an `instance` id: the same collective on every rank that took part.
+
+    Matched by (stream, name, bytes, n-th such op on the rank's stream); when that matches
+    nothing, by (name, bytes, n-th on the rank). Only instances with two or more ranks whose
+    parts all ended at or after the last arrival are kept."""
+    if parts.empty:
+        return parts.assign(instance=pd.Series(dtype=np.int64))
+    for keys in (["stream", "name", "bytes"], ["name", "bytes"]):
+        p = parts.sort_values(["rank", "arrival_ns"], kind="stable").copy()
+        p["nth"] = p.groupby(["rank", *keys]).cumcount()
+        key = [*keys, "nth"]
+        g = p.groupby(key, sort=False)
+        p["instance"] = g.ngroup()
+        n = g["rank"].transform("nunique")
+        last = g["arrival_ns"].transform("max")
+        first_end = g["end"].transform("min")
+        ok = (n >= 2) & (first_end >= last)
+        # An instance is kept whole or not at all.
+        good = ok.groupby(p["instance"]).transform("all")
+        kept = p[good].drop(columns="nth")
+        if not kept.empty:
+            return kept.reset_index(drop=True)
+    return parts.iloc[0:0].assign(instance=pd.Series(dtype=np.int64))
+
+
+def _per_collective(inst: pd.DataFrame, cfg: RankConfig) -> pd.DataFrame:
+    """Per matched collective: who came last, each other rank's wait, their mean, the window."""
+    out = []
+    for i, g in inst.groupby("instance", sort=False):
+        arr = g["arrival_ns"].to_numpy()
+        rk = g["rank"].to_numpy()
+        order = np.argsort(arr, kind="stable")
+        last, second = int(arr[order[-1]]), int(arr[order[-2]])
+        late = int(rk[order[-1]]) if last - second >= cfg.min_late_ns else -1
+        waits = {int(r): int(last - a) for r, a in zip(rk, arr) if r != rk[order[-1]]}
+        out.append({"instance": int(i), "name": str(g["name"].iloc[0]), "stream": int(g["stream"].iloc[0]),
+                    "late_rank": late, "first_arrival_ns": int(arr.min()), "last_arrival_ns": last,
+                    "end_ns": int(g["end"].max()), "waits": waits,
+                    "mean_wait_ns": float(np.mean(list(waits.values())))})
+    return pd.DataFrame(out)
+
+
+def _spreads(ops: pd.DataFrame, parts: pd.DataFrame, ranks: list[int], span: int) -> list[dict]:
+    """Per rank: compute, communication (collectives with their waits), wait and free time, and
+    msprof-analyze's spread of each across ranks."""
     rows = []
     for rank in ranks:
         g = ops[ops["rank"] == rank]
-        kind = g["kind"].astype(str)
-        comp = g[kind != "collective"]
-        comm = g[kind == "collective"]
-        rows.append({"rank": int(rank),
+        comp = g[g["kind"].astype(str) != "collective"]
+        p = parts[parts["rank"] == rank]
+        busy_ts = np.concatenate([g["ts"].to_numpy(), p["arrival_ns"].to_numpy()])
+        busy_end = np.concatenate([g["end"].to_numpy(), p["end"].to_numpy()])
+        rows.append({"rank": int(rank), "device": int(g["device"].iloc[0]) if len(g) else None,
                      "compute_ns": union_ns(comp["ts"].to_numpy(), comp["end"].to_numpy()),
-                     "communication_ns": union_ns(comm["ts"].to_numpy(), comm["end"].to_numpy()),
-                     "free_ns": (t1 - t0) - union_ns(g["ts"].to_numpy(), g["end"].to_numpy())})
-    findings = []
+                     "communication_ns": union_ns(p["arrival_ns"].to_numpy(), p["end"].to_numpy()),
+                     "wait_ns": int(p["wait_ns"].sum()),
+                     "free_ns": span - union_ns(busy_ts, busy_end)})
     for metric in ("compute_ns", "communication_ns", "free_ns"):
         vals = np.array([r[metric] for r in rows], dtype=np.float64)
         mean = vals.mean()
         spread = (vals.max() - vals.min()) / mean if mean else 0.0
         for r in rows:
-            r[f"{metric[:-3]}_spread"] = round(spread, 4)
-        if spread <= cfg.spread or vals.max() - vals.min() < cfg.min_spread_ns:
-            continue
-        if metric == "communication_ns":
-            culprit = rows[int(vals.argmin())]  # waited least: arrived last
-        else:
-            culprit = rows[int(vals.argmax())] if metric == "compute_ns" else rows[int(vals.argmin())]
-        lost = int(vals.max() - vals.min())
-        findings.append(Finding(
-            code="SLOW_RANK", severity=Severity.CRITICAL if spread >= cfg.critical_spread else Severity.WARNING,
-            title="Slow rank", rank=culprit["rank"],
-            message=(f"{metric[:-3]} time differs across {len(rows)} ranks by {spread:.1%} of the mean "
-                     f"({vals.min() / 1e6:.3f} - {vals.max() / 1e6:.3f} ms); rank {culprit['rank']} is the straggler"),
-            metric=f"{metric[:-3]}_spread", value=round(spread, 4), threshold=cfg.spread, lost_ns=lost,
-            evidence=[{"rank": r["rank"], metric: r[metric]} for r in sorted(rows, key=lambda r: -r[metric])[:5]]))
-    # One finding per straggler: keep the most telling metric.
-    best: dict[int, Finding] = {}
-    for f in findings:
-        if f.rank not in best or (f.value or 0) > (best[f.rank].value or 0):
-            best[f.rank] = f
-    return list(best.values()), {"ranks": rows}
+            r[f"{metric[:-3]}_spread"] = round(float(spread), 4)
+    return rows
