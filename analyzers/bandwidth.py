@@ -11,98 +11,131 @@ from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, union_ns
 from analyzers.streams import bandwidth_summary, copy_bandwidth
 
+MiB = 1 << 20
+#: The link a copy of each kind crosses on its device (per direction for PCIe).
+LINK_OF_KIND = {"Memcpy HtoD": "pcie_h2d", "Memcpy DtoH": "pcie_d2h", "Memcpy DtoD": "hbm", "Memset": "hbm"}
+
 
 @dataclass
 class BandwidthConfig:
     slow_ratio: float = 0.8  # msprof-analyze: SDMA bandwidth < 0.8x expected while overlapping
     min_lost_ns: int = 20_000
+    warning: float = 0.01  # contention loss >= 1% of the rank's span: warning
+    critical: float = 0.1  # >= 10%: critical
+    #: Without a device preset, the reference 'alone' bandwidth comes only from copies of at
+    #: least this size (below it, per-copy latency dominates and bytes/duration says nothing
+    #: about the link) and within `reference_span` x of the judged copy's size.
+    min_reference_bytes: int = MiB
+    reference_span: float = 10.0
     overlap_warning: float = 0.3  # share of communication not hidden under compute
     evidence: int = 5
+    max_occurrences: int = 1000
+    #: Streams whose delay is within this share of the largest count as tied; among them the one
+    #: whose next op started within `gate_ns` of its copy's end (work waiting on it) is chosen.
+    near_tie: float = 0.9
+    gate_ns: int = 50_000
 
 
 @register("bandwidth", BandwidthConfig)
 def analyze(frames: Frames, cfg: BandwidthConfig):
     """Bandwidth contention.
 
-    Pattern: several transfers (copies of one direction, or copies and collectives crossing the
-    same link) run at once, so each gets a share of the link and takes longer than alone.
+    Pattern: several transfers crossing the same link (copies of one PCIe direction, device
+    copies and memsets on HBM, and collectives where the topology routes them over PCIe) run
+    at once, so each gets a share of the link and the work waiting on them starts later.
 
     Algorithm: achieved bandwidth per copy = bytes / duration (the profiler's own figure when it
-    gave one). The bandwidth a copy would get alone is the device preset's (PCIe per direction,
-    HBM for device copies) when the trace states the device, else the median of same-kind,
-    same-size-class copies that ran alone in the trace. A copy is contended when it overlaps
-    another transfer on the same device and achieved < `slow_ratio` x alone; it lost
-    duration - bytes / alone. Where the topology puts collectives on the copies' links,
-    collectives overlapping copies are compared with the median duration of the same
-    collective without copies around. Also reported: communication hidden under compute.
+    gave one). The time a copy would take alone is, when the trace states the device (a
+    preset), copy latency + bytes / the preset's link bandwidth (PCIe per direction, HBM / 2
+    for device-to-device); otherwise bytes / the median bandwidth of copies of the same kind
+    that ran alone, are >= `min_reference_bytes` and within `reference_span` x of its size
+    (no such copies: the copy is not judged; tiny copies never set the reference). A copy is
+    slowed when it overlaps another transfer on its link and achieved < `slow_ratio` x the
+    alone bandwidth (copies faster than the reference never count); it finished late by
+    extra = duration - alone. Overlapping transfers on one link form a contended interval.
+    Serialising copies that share a link would not finish the interval sooner, so the sum of
+    every copy's extra overstates the loss: each copy is late by roughly the bytes of the
+    others. What the job loses is the delay of the work waiting behind the slowed copies: per
+    stream, the extras add up along the stream (a late copy delays the next one), and across
+    streams they overlap, so an interval costs the largest per-stream sum of extras, capped
+    by the interval's length; a finding's cost is the sum over its intervals, hence never
+    more than the rank's span (of near-tied streams, the one whose next op was waiting for the
+    copy is the victim). One finding per (rank, device, link) with one occurrence per slowed
+    copy of the victim stream of each interval (ts, dur, stream, lost). Severity: warning
+    when the cost is >= `warning` of the rank's device span, critical when >= `critical`,
+    info below. Where the topology puts collectives on the copies' links, collectives
+    overlapping copies are compared with the median duration of the same collective without
+    copies around. Also reported (LOW_OVERLAP): communication not hidden under compute, one
+    finding for the ranks concerned with the window their exposed communication covers.
     """
     copies = copy_bandwidth(frames)
     ops = frames.device_ops
     colls = ops[ops["kind"].astype(str) == "collective"]
     if copies.empty and colls.empty:
         raise Skipped("no copies or collectives in the trace")
-    nominal = _nominal(frames, copies)
+    preset = frames.trace.meta.extra.get("preset") or {}
     findings: list[Finding] = []
-    metrics: dict = {"copies": bandwidth_summary(copies).to_dict("records"), "nominal_gbps": nominal}
-    transfers = pd.concat([copies[["rank", "device", "ts", "end"]].assign(what="copy"),
-                           colls[["rank", "device", "ts", "end"]].assign(what="collective")], ignore_index=True)
+    metrics: dict = {"copies": bandwidth_summary(copies).to_dict("records"),
+                     "nominal_gbps": _nominal(preset) if preset else {}}
+    spans = {int(r): max(int(g["end"].max() - g["ts"].min()), 1) for r, g in ops.groupby("rank")}
+    share_pcie = _collectives_share_copy_links(frames)
     if not copies.empty:
-        copies["overlaps"] = _overlap_counts(copies, transfers)
-        copies["expected"] = _expected(copies, nominal, has_preset=bool(frames.trace.meta.extra.get("preset")))
-        copies["alone_ns"] = copies["bytes"] / copies["expected"]
-        copies["lost_ns"] = (copies["end"] - copies["ts"] - copies["alone_ns"]).clip(lower=0).fillna(0)
-        hit = copies[(copies["overlaps"] > 0) & (copies["gbps"] < cfg.slow_ratio * copies["expected"])]
-        for (rank, device, kind), g in hit.groupby(["rank", "device", "kind"]):
-            lost = int(g["lost_ns"].sum())
-            if lost < cfg.min_lost_ns:
+        copies = copies.reset_index(drop=True)
+        copies["link"] = copies["kind"].map(LINK_OF_KIND).fillna("other:" + copies["kind"].astype(str))
+        copies["overlaps"] = _overlap_counts(copies, colls if share_pcie else colls.iloc[0:0])
+        copies["alone_ns"] = _alone_ns(copies, preset, cfg)
+        expected_gbps = copies["bytes"] / copies["alone_ns"]
+        copies["extra_ns"] = (copies["end"] - copies["ts"] - copies["alone_ns"]).clip(lower=0).fillna(0)
+        copies["slowed"] = ((copies["overlaps"] > 0) & copies["alone_ns"].notna()
+                            & (copies["gbps"] < cfg.slow_ratio * expected_gbps) & (copies["extra_ns"] > 0))
+        metrics["judged_copies"] = int(copies["alone_ns"].notna().sum())
+        for (rank, device, link), g in copies.groupby(["rank", "device", "link"], sort=True):
+            if not g["slowed"].any():
                 continue
-            top = g.sort_values("lost_ns", ascending=False).head(cfg.evidence)
-            expected = float(g["expected"].median())
-            findings.append(Finding(
-                code="BANDWIDTH_CONTENTION", severity=Severity.WARNING, title=f"{kind} slowed by concurrent transfers",
-                message=(f"rank {rank} device {device}: {len(g)} {kind} copies ran at {g['gbps'].mean():.2f} GB/s on "
-                         f"average against {expected:.2f} GB/s alone while sharing the link; "
-                         f"{lost / 1e6:.3f} ms lost"),
-                rank=int(rank), device=int(device), ts_ns=int(g["ts"].min()), dur_ns=int(g["end"].max() - g["ts"].min()),
-                metric="achieved_over_expected", value=round(float((g["gbps"] / g["expected"]).mean()), 4),
-                threshold=cfg.slow_ratio, lost_ns=lost,
-                evidence=[{"ts": int(r.ts), "dur": int(r.end - r.ts), "bytes": int(r.bytes), "gbps": round(r.gbps, 3),
-                           "stream": int(r.stream)} for r in top.itertuples()]))
-    if _collectives_share_copy_links(frames):
-        findings.extend(_collectives_slowed(colls, copies, cfg))
+            mine = ops[(ops["rank"] == rank) & (ops["device"] == device)]
+            f = _contention_finding(int(rank), int(device), str(link), g, colls if share_pcie else None,
+                                    mine, spans.get(int(rank), 1), cfg)
+            if f is not None:
+                findings.append(f)
+    if share_pcie:
+        findings.extend(_collectives_slowed(colls, copies, spans, cfg))
     overlap = _overlap(ops)
     metrics["comm_compute_overlap"] = overlap
-    for row in overlap:
-        if row["comm_ns"] and row["exposed_ratio"] >= cfg.overlap_warning and row["comm_share"] >= 0.1:
-            findings.append(Finding(
-                code="LOW_OVERLAP", severity=Severity.INFO, title="Communication not hidden under compute",
-                message=(f"rank {row['rank']}: {row['exposed_ratio']:.0%} of {row['comm_ns'] / 1e6:.3f} ms of "
-                         f"collectives ran with no compute alongside"),
-                rank=row["rank"], metric="exposed_comm_ratio", value=row["exposed_ratio"],
-                threshold=cfg.overlap_warning, lost_ns=int(row["comm_ns"] * row["exposed_ratio"])))
+    f = _low_overlap(overlap, cfg)
+    if f is not None:
+        findings.append(f)
     return findings, metrics
 
 
-def _nominal(frames: Frames, copies: pd.DataFrame) -> dict[str, float]:
-    preset = frames.trace.meta.extra.get("preset") or {}
-    best = copies.groupby("kind")["gbps"].max().to_dict() if not copies.empty else {}
+def _nominal(preset: dict) -> dict[str, float]:
+    pcie, hbm = float(preset["pcie_gbps"]), float(preset["hbm_gbps"])
+    return {"Memcpy HtoD": pcie, "Memcpy DtoH": pcie, "Memcpy DtoD": hbm / 2, "Memset": hbm}
+
+
+def _alone_ns(copies: pd.DataFrame, preset: dict, cfg: BandwidthConfig) -> pd.Series:
+    """How long each copy would take with its link to itself (NaN: no reference to judge it by)."""
+    nbytes = copies["bytes"].to_numpy(dtype=np.float64)
     if preset:
-        pcie, hbm = float(preset["pcie_gbps"]), float(preset["hbm_gbps"])
-        known = {"Memcpy HtoD": pcie, "Memcpy DtoH": pcie, "Memcpy DtoD": hbm / 2, "Memset": hbm}
-        return {k: known.get(k, best.get(k, 0.0)) for k in set(known) | set(best)}
-    return {k: float(v) for k, v in best.items()}
-
-
-def _expected(copies: pd.DataFrame, nominal: dict[str, float], *, has_preset: bool) -> pd.Series:
-    """Bandwidth a copy would get alone: the device's nominal figure when the trace states the
-    device, else the median of same-kind, similar-size (same power of two) copies that ran alone."""
-    if has_preset:
-        return copies["kind"].map(nominal).astype(np.float64)
-    bucket = np.floor(np.log2(copies["bytes"].clip(lower=1).astype(np.float64)))
-    alone = copies[copies["overlaps"] == 0].assign(bucket=bucket)
-    ref = alone.groupby(["kind", "bucket"])["gbps"].median()
-    keys = list(zip(copies["kind"], bucket))
-    return pd.Series([ref.get(k, np.nan) for k in keys], index=copies.index, dtype=np.float64)
+        gbps = copies["kind"].map(_nominal(preset)).to_numpy(dtype=np.float64)
+        latency = float(preset.get("copy_latency_ns", 0) or 0)
+        return pd.Series(latency + nbytes / gbps, index=copies.index)
+    out = np.full(len(copies), np.nan)
+    ref_pool = copies[(copies["overlaps"] == 0) & (copies["bytes"] >= cfg.min_reference_bytes)]
+    for kind, idx in copies.groupby("kind").groups.items():
+        pool = ref_pool[ref_pool["kind"] == kind]
+        if pool.empty:
+            continue
+        order = np.argsort(pool["bytes"].to_numpy(dtype=np.float64), kind="stable")
+        pb = pool["bytes"].to_numpy(dtype=np.float64)[order]
+        pg = pool["gbps"].to_numpy(dtype=np.float64)[order]
+        pos = copies.index.get_indexer(idx)
+        pos = pos[nbytes[pos] >= cfg.min_reference_bytes]
+        lo = np.searchsorted(pb, nbytes[pos] / cfg.reference_span, side="left")
+        hi = np.searchsorted(pb, nbytes[pos] * cfg.reference_span, side="right")
+        for i, a, b in zip(pos, lo, hi):
+            if b > a:  # copies of the same order of magnitude that had the link to themselves
+                out[i] = nbytes[i] / float(np.median(pg[a:b]))
+    return pd.Series(out, index=copies.index)
 
 
 def _collectives_share_copy_links(frames: Frames) -> bool:
@@ -112,52 +145,158 @@ def _collectives_share_copy_links(frames: Frames) -> bool:
     return topo.get("intra") == "pcie" or bool(topo.get("roce_over_pcie"))
 
 
-def _overlap_counts(copies: pd.DataFrame, transfers: pd.DataFrame) -> np.ndarray:
-    """How many other transfers on the same device overlap each copy in time."""
+def _overlap_counts(copies: pd.DataFrame, colls: pd.DataFrame) -> np.ndarray:
+    """How many other transfers on the same link of the same device overlap each copy in time
+    (collectives count on both PCIe directions when they cross PCIe: `colls` non-empty)."""
     out = np.zeros(len(copies), dtype=np.int64)
-    for (rank, device), idx in copies.groupby(["rank", "device"]).groups.items():
-        t = transfers[(transfers["rank"] == rank) & (transfers["device"] == device)]
-        starts, ends = np.sort(t["ts"].to_numpy()), np.sort(t["end"].to_numpy())
+    for (rank, device, link), idx in copies.groupby(["rank", "device", "link"]).groups.items():
+        t = copies[(copies["rank"] == rank) & (copies["device"] == device) & (copies["link"] == link)]
+        ts, end = t["ts"].to_numpy(), t["end"].to_numpy()
+        if link.startswith("pcie") and not colls.empty:
+            cc = colls[(colls["rank"] == rank) & (colls["device"] == device)]
+            ts, end = np.concatenate([ts, cc["ts"].to_numpy()]), np.concatenate([end, cc["end"].to_numpy()])
+        starts, ends = np.sort(ts), np.sort(end)
         c = copies.loc[idx]
         # transfers with start < my end, minus those that ended at or before my start, minus me
-        n = np.searchsorted(starts, c["end"].to_numpy(), side="left") - np.searchsorted(ends, c["ts"].to_numpy(), side="right")
+        n = np.searchsorted(starts, c["end"].to_numpy(), side="left") - np.searchsorted(ends, c["ts"].to_numpy(),
+                                                                                        side="right")
         out[copies.index.get_indexer(idx)] = np.maximum(n - 1, 0)
     return out
 
 
-def _collectives_slowed(colls: pd.DataFrame, copies: pd.DataFrame, cfg: BandwidthConfig) -> list[Finding]:
+def _intervals(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Connected-component id of each interval (overlapping intervals share an id)."""
+    order = np.argsort(ts, kind="stable")
+    run_end = np.maximum.accumulate(end[order])
+    new = np.ones(len(ts), dtype=bool)
+    new[1:] = ts[order][1:] >= run_end[:-1]
+    ids = np.empty(len(ts), dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
+
+
+def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, colls: pd.DataFrame | None,
+                        ops: pd.DataFrame, span: int, cfg: BandwidthConfig) -> Finding | None:
+    """One finding for the slowed copies on one link of one device (see `analyze`)."""
+    kind = ", ".join(sorted(g.loc[g["slowed"], "kind"].unique()))
+    ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
+    if colls is not None and link.startswith("pcie"):
+        cc = colls[(colls["rank"] == rank) & (colls["device"] == device)]
+        ts, end = np.concatenate([ts, cc["ts"].to_numpy()]), np.concatenate([end, cc["end"].to_numpy()])
+    link_name = f"r{rank}.d{device}.{link}"  # the link as rank.device.link (e.g. r0.d0.pcie_h2d)
+    comp = _intervals(ts, end)  # copies first, then the collectives sharing the link
+    g = g.assign(interval=comp[: len(g)])
+    occurrences = []
+    for _, iv in g.groupby("interval"):
+        slowed = iv[iv["slowed"]]
+        if slowed.empty:
+            continue
+        per_stream = slowed.groupby("stream")["extra_ns"].sum()
+        members = comp == iv["interval"].iloc[0]
+        budget = int(end[members].max() - ts[members].min())  # never more than the interval lasted
+        stream = _delayed_stream(per_stream, slowed, ops, cfg)
+        # The occurrences are the slowed copies of the most delayed stream: the work behind them waited.
+        for c in slowed[slowed["stream"] == stream].sort_values("ts").itertuples():
+            lost = int(min(c.extra_ns, budget))
+            budget -= lost
+            occurrences.append({"rank": rank, "device": device, "stream": stream, "link": link_name,
+                                "ts_ns": int(c.ts),
+                                "dur_ns": int(c.end - c.ts), "lost_ns": lost, "alone_ns": int(c.alone_ns),
+                                "sharing": int(c.overlaps)})
+    lost = int(sum(o["lost_ns"] for o in occurrences))
+    if lost < cfg.min_lost_ns:
+        return None
+    share = lost / span
+    severity = Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning else Severity.INFO
+    hit = g[g["slowed"]]
+    expected = float((hit["bytes"] / hit["alone_ns"]).median())
+    top = hit.sort_values("extra_ns", ascending=False).head(cfg.evidence)
+    occ = sorted(occurrences, key=lambda o: -o["lost_ns"])[: cfg.max_occurrences]
+    occ.sort(key=lambda o: o["ts_ns"])
+    t0 = min(o["ts_ns"] for o in occurrences)
+    t1 = max(o["ts_ns"] + o["dur_ns"] for o in occurrences)
+    return Finding(
+        code="BANDWIDTH_CONTENTION", severity=severity, title=f"{kind} slowed by transfers sharing {link}",
+        message=(f"rank {rank} device {device}: {len(hit)} {kind} copies on {link} ran at {hit['gbps'].mean():.2f} GB/s "
+                 f"on average against {expected:.2f} GB/s alone, in {g.loc[g['slowed'], 'interval'].nunique()} contended "
+                 f"interval(s); the "
+                 f"work behind them started {lost / 1e6:.3f} ms later ({share:.1%} of the rank's span)"),
+        rank=rank, device=device, stream=occurrences[0]["stream"] if len(occurrences) == 1 else None,
+        ts_ns=t0, dur_ns=t1 - t0, metric="achieved_over_alone",
+        value=round(float((hit["gbps"] / (hit["bytes"] / hit["alone_ns"])).mean()), 4),
+        threshold=cfg.slow_ratio, lost_ns=lost, occurrences=occ,
+        evidence=[{"ts": int(r.ts), "dur": int(r.end - r.ts), "bytes": int(r.bytes), "gbps": round(float(r.gbps), 3),
+                   "alone_ns": int(r.alone_ns), "stream": int(r.stream), "link": link_name} for r in top.itertuples()])
+
+
+def _delayed_stream(per_stream: pd.Series, slowed: pd.DataFrame, ops: pd.DataFrame, cfg: BandwidthConfig) -> int:
+    """The stream whose slowed copies held up work: the largest sum of extras, preferring, among
+    streams within `near_tie` of it, one whose next op started right after its last slowed copy
+    (work queued behind the copy, as a kernel consuming the input) over one with nothing waiting."""
+    best = float(per_stream.max())
+    near = per_stream[per_stream >= cfg.near_tie * best].sort_values(ascending=False)
+    for stream in near.index:
+        last_end = int(slowed.loc[slowed["stream"] == stream, "end"].max())
+        on = ops[(ops["stream"] == stream) & (ops["ts"] >= last_end)]
+        if not on.empty and int(on["ts"].min()) - last_end <= cfg.gate_ns:
+            return int(stream)
+    return int(near.index[0])
+
+
+def _collectives_slowed(colls: pd.DataFrame, copies: pd.DataFrame, spans: dict[int, int],
+                        cfg: BandwidthConfig) -> list[Finding]:
+    """Collectives that ran longer while copies crossed their PCIe link, against the same
+    collective (name, bytes) on the same rank without copies around; one finding per rank."""
     if colls.empty or copies.empty:
         return []
     c = colls.copy()
     c["name"] = c["name"].astype(str)
+    pcie = copies[copies["link"].str.startswith("pcie")]
     busy = np.zeros(len(c), dtype=bool)
     for i, row in enumerate(c.itertuples()):
-        m = copies[(copies["rank"] == row.rank) & (copies["device"] == row.device)]
+        m = pcie[(pcie["rank"] == row.rank) & (pcie["device"] == row.device)]
         busy[i] = bool(((m["ts"] < row.end) & (m["end"] > row.ts)).any())
     c["with_copies"] = busy
     out = []
-    for (rank, name, _nbytes), g in c.groupby(["rank", "name", "bytes"], dropna=False):
-        clean = g[~g["with_copies"]]
-        slowed = g[g["with_copies"]]
-        if clean.empty or slowed.empty:
+    for rank, r in c.groupby("rank"):
+        occurrences = []
+        for (name, _nbytes), g in r.groupby(["name", "bytes"], dropna=False):
+            clean, slowed = g[~g["with_copies"]], g[g["with_copies"]]
+            if clean.empty or slowed.empty:
+                continue
+            base = float(clean["dur"].median())
+            # Slowed means running at under slow_ratio of the clean speed, i.e. taking 1/slow_ratio longer.
+            for s in slowed[slowed["dur"] * cfg.slow_ratio >= base].itertuples():
+                occurrences.append({"rank": int(rank), "device": int(s.device), "stream": int(s.stream), "name": name,
+                                    "ts_ns": int(s.ts), "dur_ns": int(s.dur), "lost_ns": int(s.dur - base),
+                                    "slowdown": round(float(s.dur / base), 4)})
+        # A collective is one stream's work: its extra durations do not overlap one another.
+        lost = sum(o["lost_ns"] for o in occurrences)
+        if lost < cfg.min_lost_ns:
             continue
-        base = float(clean["dur"].median())
-        lost = int((slowed["dur"] - base).clip(lower=0).sum())
-        # Slowed means running at under slow_ratio of the clean speed, i.e. taking 1/slow_ratio longer.
-        if lost < cfg.min_lost_ns or slowed["dur"].median() * cfg.slow_ratio < base:
-            continue
+        span = spans.get(int(rank), 1)
+        share = lost / span
+        occurrences.sort(key=lambda o: o["ts_ns"])
+        t0 = occurrences[0]["ts_ns"]
+        t1 = max(o["ts_ns"] + o["dur_ns"] for o in occurrences)
+        slow = float(np.median([o["slowdown"] for o in occurrences]))
         out.append(Finding(
-            code="BANDWIDTH_CONTENTION", severity=Severity.WARNING, title=f"{name} slowed by concurrent copies",
-            message=(f"rank {rank}: {len(slowed)} x {name} took {slowed['dur'].median() / 1e3:.1f} us (median) while "
-                     f"copies ran on the same device, {base / 1e3:.1f} us without; {lost / 1e6:.3f} ms lost"),
-            rank=int(rank), device=int(slowed["device"].iloc[0]), ts_ns=int(slowed["ts"].min()),
-            metric="slowdown", value=round(float(slowed["dur"].median() / base), 4), threshold=1 / cfg.slow_ratio,
-            lost_ns=lost, evidence=[{"ts": int(r.ts), "dur": int(r.dur), "corr": int(r.corr) if pd.notna(r.corr) else None}
-                                    for r in slowed.head(cfg.evidence).itertuples()]))
+            code="BANDWIDTH_CONTENTION",
+            severity=Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning
+            else Severity.INFO,
+            title="Collectives slowed by copies on their PCIe link",
+            message=(f"rank {rank}: {len(occurrences)} collective(s) ran {slow:.2f}x as long (median) while copies "
+                     f"crossed the same PCIe link; {lost / 1e6:.3f} ms lost ({share:.1%} of the rank's span)"),
+            rank=int(rank), device=occurrences[0]["device"], stream=occurrences[0]["stream"], ts_ns=t0, dur_ns=t1 - t0,
+            metric="slowdown", value=round(slow, 4), threshold=round(1 / cfg.slow_ratio, 4), lost_ns=int(lost),
+            occurrences=occurrences[: cfg.max_occurrences],
+            evidence=[{"ts": o["ts_ns"], "dur": o["dur_ns"], "name": o["name"]} for o in occurrences[: cfg.evidence]]))
     return out
 
 
 def _overlap(ops: pd.DataFrame) -> list[dict]:
+    """Per rank: communication time, the part of it with no kernel running (exposed), and the
+    window from the first to the last exposed moment."""
     out = []
     for rank, g in ops.groupby("rank"):
         kind = g["kind"].astype(str)
@@ -170,7 +309,58 @@ def _overlap(ops: pd.DataFrame) -> list[dict]:
         comp_ns = union_ns(comp["ts"].to_numpy(), comp["end"].to_numpy())
         exposed = both - comp_ns  # communication time with no kernel running
         span = int(g["end"].max() - g["ts"].min()) or 1
+        first, last = _exposed_window(comm, comp)
         out.append({"rank": int(rank), "comm_ns": comm_ns, "exposed_ns": exposed,
                     "exposed_ratio": round(exposed / comm_ns, 6) if comm_ns else 0.0,
-                    "comm_share": round(comm_ns / span, 6)})
+                    "comm_share": round(comm_ns / span, 6), "exposed_first_ns": first, "exposed_last_ns": last})
     return out
+
+
+def _exposed_window(comm: pd.DataFrame, comp: pd.DataFrame) -> tuple[int | None, int | None]:
+    """Start of the first and end of the last collective that ran at some moment with no kernel
+    alongside (a collective is hidden only if one stretch of back-to-back kernels covers it)."""
+    s, e = comm["ts"].to_numpy(), comm["end"].to_numpy()
+    exposed = np.ones(len(s), dtype=bool)
+    if len(comp):
+        m_ts, m_end = _merged(comp["ts"].to_numpy(), comp["end"].to_numpy())
+        k = np.searchsorted(m_ts, s, side="right") - 1
+        exposed = (k < 0) | (m_end[np.maximum(k, 0)] < e)
+    exposed &= e > s
+    if not exposed.any():
+        return None, None
+    return int(s[exposed].min()), int(e[exposed].max())
+
+
+def _merged(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as disjoint (start, end) arrays, sorted."""
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    run_end = np.maximum.accumulate(end)
+    new = np.ones(len(ts), dtype=bool)
+    new[1:] = ts[1:] > run_end[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:] - 1, len(ts) - 1)
+    return ts[starts], run_end[ends]
+
+
+def _low_overlap(overlap: list[dict], cfg: BandwidthConfig) -> Finding | None:
+    """One finding for every rank whose communication is mostly exposed."""
+    hit = [r for r in overlap if r["comm_ns"] and r["exposed_ratio"] >= cfg.overlap_warning and r["comm_share"] >= 0.1]
+    if not hit:
+        return None
+    worst = max(hit, key=lambda r: r["exposed_ns"])
+    # exposed_ratio > 0 means some collective ran with no kernel alongside: the window exists.
+    t0 = min(r["exposed_first_ns"] for r in hit)
+    t1 = max(r["exposed_last_ns"] for r in hit)
+    exposed = [r["exposed_ns"] for r in hit]
+    ratio = float(np.mean([r["exposed_ratio"] for r in hit]))
+    return Finding(
+        code="LOW_OVERLAP", severity=Severity.INFO, title="Communication not hidden under compute",
+        message=(f"{len(hit)} rank(s): {ratio:.0%} of their collective time on average ran with no compute "
+                 f"alongside (rank {worst['rank']}: {worst['exposed_ns'] / 1e6:.3f} of {worst['comm_ns'] / 1e6:.3f} ms)"),
+        rank=worst["rank"], ranks=sorted(r["rank"] for r in hit if r["rank"] != worst["rank"]),
+        ts_ns=t0, dur_ns=t1 - t0, metric="exposed_comm_ratio", value=round(ratio, 6), threshold=cfg.overlap_warning,
+        lost_ns=int(np.mean(exposed)),
+        occurrences=[{"rank": r["rank"], "ts_ns": r["exposed_first_ns"],
+                      "dur_ns": r["exposed_last_ns"] - r["exposed_first_ns"], "lost_ns": int(r["exposed_ns"])}
+                     for r in hit])
