@@ -76,17 +76,17 @@ NOT_HEALTHY: dict[str, tuple[dict[str, Any], str]] = {
     "yolo-pipeline triple_buffer=False": (
         {"triple_buffer": False},
         "the scenario documents it as the serial baseline: every stage waits for the previous one and "
-        "the Cube cores idle through host preprocessing (~35% of each step) and NMS, a host-bound "
-        "pipeline by design that its ground truth does not record; it runs with the problem switches "
-        "(PROBLEM_VARIANTS) but is not checked for false alarms"),
+        "the Cube cores idle through host preprocessing (~35% of each step) and NMS, and the device "
+        "waits for every copy (one stream, no overlap): problems by design that its ground truth does "
+        "not record, so it is neither checked for false alarms nor run with the switches (its copy "
+        "bubbles would count against serial-copies)"),
 }
 #: Problem switches also run with non-default parameters (other link types, ranks, batch sizes):
 #: scenario -> (params, switches).
 PROBLEM_VARIANTS: dict[str, tuple[tuple[dict[str, Any], tuple[str, ...]], ...]] = {
     "resnet50-infer": (({"batch": 32}, ("bandwidth-contention", "fragmentation", "launch-bound", "leak",
                                         "missing-sync", "queue-congestion", "serial-copies")),),
-    "yolo-pipeline": (({"triple_buffer": False}, ("bandwidth-contention", "fragmentation", "launch-bound", "leak",
-                                                  "queue-congestion", "serial-copies")),),
+    "yolo-pipeline": (({"preset": "910B2"}, ("fragmentation", "leak")),),
     "bert-train-dp": (({"intra": "pcie"}, ("leak", "slow-link", "slow-rank")),
                       ({"problem_rank": 6}, ("slow-rank",))),
     "llm-train-2server": (({"zero": False}, ("slow-link",)),),
@@ -240,6 +240,19 @@ def claims_of(index: int, finding: Mapping[str, Any]) -> list[Claim]:
 
 
 _LINK_RANK = re.compile(r"(?:^|[^a-z])r(\d+)")
+#: Kinds located by rank alone: a straggler is a rank, whichever of its streams shows it.
+RANK_ONLY = frozenset({"slow-rank"})
+
+
+def _qualified(link: str, claim: Claim) -> set[str]:
+    """A link name as the ground truth spells it (r<rank>[.d<device>].<name>): names that carry
+    no rank ("pcie_h2d") are qualified with the claim's rank and device."""
+    if _LINK_RANK.match(link) or claim.rank is None:
+        return {link}
+    out = {link, f"r{claim.rank}.{link}"}
+    if claim.device is not None:
+        out.add(f"r{claim.rank}.d{claim.device}.{link}")
+    return out
 
 
 def problem_links(problem: Mapping[str, Any]) -> set[str]:
@@ -259,20 +272,20 @@ def disagreement(claim: Claim, problem: Mapping[str, Any]) -> str | None:
         return "no time"
     rank = where.get("rank")
     if rank is not None and claim.rank != rank:
-        # A link problem may be named from either end of its link (or by the link alone); the
-        # device and stream it records are its own rank's, so they are not compared then.
+        # A link problem may be named from either end of its link (or by the link alone).
         ends = {int(m) for link in links for m in _LINK_RANK.findall(link)}
         if not (links and (claim.rank is None or claim.rank in ends)):
             return "no rank" if claim.rank is None else "wrong rank"
-    else:
+    if not links and problem.get("problem") not in RANK_ONLY:
         for key in ("device", "stream"):
             mine, theirs = getattr(claim, key), where.get(key)
             if mine is not None and theirs is not None and mine != theirs:
                 return f"wrong {key}"
     if links:
-        if not claim.links:
+        named = {q for link in claim.links for q in _qualified(link, claim)}
+        if not named:
             return "no link"
-        if not claim.links & links:
+        if not named & links:
             return "wrong link"
     start, end = when.get("start_ns"), when.get("end_ns")
     if start is None or end is None:
@@ -345,7 +358,11 @@ def match(findings: Sequence[Mapping[str, Any]], problems: Sequence[Mapping[str,
         if not mine:
             claim_reason[c] = "no injected problem of its kind in the run"
         elif any(r is None for _, r in mine):
-            claim_reason[c] = "its problem is already matched (another finding or occurrence)"
+            agree = {p for p, r in mine if r is None}
+            same = any(cc != c and claims[cc].finding == claims[c].finding and p in agree
+                       for cc, p in assigned.items())
+            claim_reason[c] = ("its problem is already matched by another occurrence of the same finding" if same
+                               else "its problem is already matched by another finding")
         else:
             claim_reason[c] = _closest(r for _, r in mine)
     problem_reason: dict[int, str] = {}

@@ -54,9 +54,10 @@ def test_a_finding_without_rank_does_not_match_a_problem_on_a_rank():
     assert matched([finding(rank=None)], [problem()])[0].problem_reason == {0: "no rank"}
 
 
-def test_slow_rank_matches_only_the_straggler():
+def test_slow_rank_matches_only_the_straggler_on_any_of_its_streams():
     p = problem("slow-rank", rank=3, device=3, stream=1, start=0, end=10_000)
     assert matched([finding("SLOW_RANK", rank=3, device=None, ts=0, dur=10_000)], [p])[1] == [0]
+    assert matched([finding("SLOW_RANK", rank=3, device=3, stream=2, ts=0, dur=10_000)], [p])[1] == [0]
     m, hit = matched([finding("SLOW_RANK", rank=0, device=None, ts=0, dur=10_000)], [p])
     assert hit == [] and m.problem_reason == {0: "wrong rank"}
 
@@ -83,6 +84,12 @@ def test_the_link_of_a_bandwidth_problem_must_agree_too():
     assert matched([finding("BANDWIDTH_CONTENTION", evidence=[{"link": "r0.d0.pcie_h2d"}])], [p])[1] == [0]
     assert matched([finding("BANDWIDTH_CONTENTION", evidence=[{"link": "r0.d0.pcie_d2h"}])],
                    [p])[0].problem_reason == {0: "wrong link"}
+    # a link named without its rank is the finding's rank and device's
+    assert matched([finding("BANDWIDTH_CONTENTION", evidence=[{"link": "pcie_h2d"}])], [p])[1] == [0]
+    assert matched([finding("BANDWIDTH_CONTENTION", device=1, evidence=[{"link": "pcie_h2d"}])],
+                   [p])[0].problem_reason == {0: "wrong link"}
+    # every stream crossing the link suffers: the competing copy's stream names the problem too
+    assert matched([finding("BANDWIDTH_CONTENTION", stream=3, evidence=[{"link": "pcie_h2d"}])], [p])[1] == [0]
 
 
 # ---------------------------------------------------------------- time
@@ -139,7 +146,14 @@ def test_an_occurrence_without_time_does_not_take_the_findings_time():
 def test_two_findings_on_one_problem_one_is_false():
     m, hit = matched([finding(ts=1_100), finding(ts=1_600)], [problem()])
     assert hit == [0]
-    assert list(m.claim_reason.values()) == ["its problem is already matched (another finding or occurrence)"]
+    assert list(m.claim_reason.values()) == ["its problem is already matched by another finding"]
+
+
+def test_several_occurrences_of_one_problem_are_one_true_and_the_rest_false():
+    f = finding(ts=1_000, dur=1_000, occurrences=[{"ts_ns": 1_100, "dur_ns": 10}, {"ts_ns": 1_500, "dur_ns": 10}])
+    m, hit = matched([f], [problem()])
+    assert hit == [0]
+    assert list(m.claim_reason.values()) == ["its problem is already matched by another occurrence of the same finding"]
 
 
 def test_the_assignment_is_a_maximum_matching_not_first_come():
