@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analyzers.bubbles import _cover
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, union_ns
 from analyzers.streams import bandwidth_summary, copy_bandwidth
@@ -20,7 +21,7 @@ LINK_OF_KIND = {"Memcpy HtoD": "pcie_h2d", "Memcpy DtoH": "pcie_d2h", "Memcpy Dt
 class BandwidthConfig:
     slow_ratio: float = 0.8  # msprof-analyze: SDMA bandwidth < 0.8x expected while overlapping
     min_lost_ns: int = 20_000
-    warning: float = 0.01  # contention loss >= 1% of the rank's span: warning
+    warning: float = 0.01  # collectives slowed by copies: loss >= 1% of the rank's span is a warning
     critical: float = 0.1  # >= 10%: critical
     #: Without a device preset, the reference 'alone' bandwidth comes only from copies of at
     #: least this size (below it, per-copy latency dominates and bytes/duration says nothing
@@ -57,13 +58,16 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     every copy's extra overstates the loss: each copy is late by roughly the bytes of the
     others. What the job loses is the delay of the work waiting behind the slowed copies: per
     stream, the extras add up along the stream (a late copy delays the next one), and across
-    streams they overlap, so an interval costs the largest per-stream sum of extras, capped
-    by the interval's length; a finding's cost is the sum over its intervals, hence never
-    more than the rank's span (of near-tied streams, the one whose next op was waiting for the
-    copy is the victim). One finding per (rank, device, link) with one occurrence per slowed
-    copy of the victim stream of each interval (ts, dur, stream, lost). Severity: warning
-    when the cost is >= `warning` of the rank's device span, critical when >= `critical`,
-    info below. Where the topology puts collectives on the copies' links, collectives
+    streams they overlap, so an interval costs the victim stream's extras (the stream with
+    the largest sum; of near-tied streams, the one whose next op was waiting for the copy),
+    capped by the interval's length. Only the part of a copy's overhang past its alone time
+    during which no kernel ran on the device is on the critical path (while the cores still
+    had work, the late copy cost nothing), so that is its cost; a finding's cost is the sum
+    over its intervals, hence never more than the rank's span. One finding per (rank,
+    device, link) costing at least `min_lost_ns`, with one occurrence per slowed copy of the
+    victim stream of each interval (ts, dur, stream, lost). Severity: warning (the copies ran
+    under `slow_ratio` of their alone bandwidth: the rule's own threshold), critical when the
+    cost is >= `critical` of the rank's span. Where the topology puts collectives on the copies' links, collectives
     overlapping copies are compared with the median duration of the same collective without
     copies around. Also reported (LOW_OVERLAP): communication not hidden under compute, one
     finding for the ranks concerned with the window their exposed communication covers.
@@ -187,6 +191,8 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     comp = _intervals(ts, end)  # copies first, then the collectives sharing the link
     g = g.assign(interval=comp[: len(g)])
     occurrences = []
+    kernels = ops[(ops["rank"] == rank) & (ops["device"] == device) & (ops["kind"].astype(str) == "kernel")]
+    busy = _cover(kernels)
     for _, iv in g.groupby("interval"):
         slowed = iv[iv["slowed"]]
         if slowed.empty:
@@ -197,7 +203,11 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
         stream = _delayed_stream(per_stream, slowed, ops, cfg)
         # The occurrences are the slowed copies of the most delayed stream: the work behind them waited.
         for c in slowed[slowed["stream"] == stream].sort_values("ts").itertuples():
-            lost = int(min(c.extra_ns, budget))
+            # Only the overhang past the copy's alone time during which no kernel ran held the
+            # device up; while compute still had work, the slower copy cost nothing.
+            a, b = float(c.ts + c.alone_ns), float(c.end)
+            stalled = (b - a) - float(busy([b])[0] - busy([a])[0]) if b > a else 0.0
+            lost = int(min(max(stalled, 0.0), c.extra_ns, budget))
             budget -= lost
             occurrences.append({"rank": rank, "device": device, "stream": stream, "link": link_name,
                                 "ts_ns": int(c.ts),
@@ -207,7 +217,10 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     if lost < cfg.min_lost_ns:
         return None
     share = lost / span
-    severity = Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning else Severity.INFO
+    # Slowed below slow_ratio x alone while sharing the link is the rule's own threshold (a
+    # warning, as msprof-analyze's advisor); it is critical when the delay it puts on the
+    # critical path reaches `critical` of the rank's span.
+    severity = Severity.CRITICAL if share >= cfg.critical else Severity.WARNING
     hit = g[g["slowed"]]
     expected = float((hit["bytes"] / hit["alone_ns"]).median())
     top = hit.sort_values("extra_ns", ascending=False).head(cfg.evidence)

@@ -10,8 +10,6 @@ import pandas as pd
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
 
-FAILED = "[memory] allocation failed"
-
 
 @dataclass
 class MemoryConfig:
@@ -38,12 +36,11 @@ def analyze(frames: Frames, cfg: MemoryConfig):
     and no plateau (the last third of the steps still growing, which tells a leak from a cache
     warming up). Allocations never freed are grouped by name (call site) and size.
     Fragmentation: the peak of reserved minus allocated (memory counters) relative to reserved,
-    and failed allocations with the largest free block smaller than the request.
+    and failed allocations (kind alloc_fail) with the largest free block smaller than the request.
     """
     mem = frames.memory
     counters = frames.counters
-    failed = frames._select(("marker",))
-    failed = failed[failed["name"].astype(str) == FAILED]
+    failed = frames.alloc_failures
     if mem.empty and failed.empty:
         raise Skipped("no alloc/free events in the trace (memory recording off?)")
     findings: list[Finding] = []
@@ -57,7 +54,8 @@ def analyze(frames: Frames, cfg: MemoryConfig):
             metrics[f"r{rank}.d{device}"] = m
             if f:
                 findings.append(f)
-    findings.extend(_fragmentation(counters, failed, cfg))
+    preset = frames.trace.meta.extra.get("preset") or {}
+    findings.extend(_fragmentation(counters, failed, cfg, capacity=preset.get("hbm_bytes")))
     return findings, metrics
 
 
@@ -126,40 +124,89 @@ def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFram
         threshold=float(cfg.min_leak_bytes_per_step), lost_bytes=lost, evidence=sites), metrics
 
 
-def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConfig) -> list[Finding]:
+def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConfig,
+                   capacity: int | None = None) -> list[Finding]:
+    """Failed allocations that free memory would have satisfied (CRITICAL: the OOM users see
+    "while free memory looks sufficient"), and caches holding much more than they hand out
+    (INFO: a reserve is not harm until a request fails).
+
+    The cost of a failed request is the free memory it could not use: the device's free bytes
+    at the failure (its capacity from the device preset minus the driver's "Device memory
+    used"; without those, the caching allocator's reserved minus allocated) when the largest
+    free block was smaller than the request."""
     out = []
     names = counters["name"].astype(str) if not counters.empty else pd.Series(dtype=str)
-    res = counters[names == "Device memory reserved"]
-    alloc = counters[names == "Device memory allocated"]
+
+    def series(name):
+        rows = counters[names == name]
+        return {key: g.sort_values("ts")[["ts", "value"]] for key, g in rows.groupby(["rank", "device"])}
+
+    res, alloc, used = series("Device memory reserved"), series("Device memory allocated"), series("Device memory used")
+
+    def at(table, key, ts) -> float | None:
+        g = table.get(key)
+        if g is None:
+            return None
+        i = int(np.searchsorted(g["ts"].to_numpy(), ts, side="right")) - 1
+        return float(g["value"].iloc[i]) if i >= 0 else None
+
     peaks = {}
-    if not res.empty and not alloc.empty:
-        for (rank, device), r in res.groupby(["rank", "device"]):
-            a = alloc[(alloc["rank"] == rank) & (alloc["device"] == device)].sort_values("ts")
-            r = r.sort_values("ts")
-            m = pd.merge_asof(r[["ts", "value"]], a[["ts", "value"]], on="ts", suffixes=("_res", "_alloc"))
-            m["frag"] = m["value_res"] - m["value_alloc"].fillna(0)
-            i = int(m["frag"].to_numpy().argmax())
-            peaks[(rank, device)] = (float(m["frag"].iloc[i]), float(m["value_res"].iloc[i]), int(m["ts"].iloc[i]))
-    fails = {}
+    for key, r in res.items():
+        a = alloc.get(key)
+        m = pd.merge_asof(r, a if a is not None else r.iloc[:0], on="ts", suffixes=("_res", "_alloc"))
+        m["frag"] = m["value_res"] - m["value_alloc"].fillna(0)
+        i = int(m["frag"].to_numpy().argmax())
+        peaks[key] = (float(m["frag"].iloc[i]), float(m["value_res"].iloc[i]), int(m["ts"].iloc[i]))
+    fails: dict = {}
     for row in failed.itertuples():
-        fails.setdefault((row.rank, row.device), []).append(row)
+        key = (row.rank, row.device)
+        largest = None if pd.isna(row.value) else float(row.value)
+        if largest is not None and largest >= row.bytes:
+            continue  # a block large enough existed: not fragmentation
+        u = at(used, key, row.ts)
+        free = (capacity - u) if capacity and u is not None else None
+        if free is None:
+            r_, a_ = at(res, key, row.ts), at(alloc, key, row.ts)
+            free = (r_ - (a_ or 0)) if r_ is not None else None
+        if free is not None and free < row.bytes:
+            continue  # memory was really short: an OOM, not fragmentation
+        if free is None and largest is None:
+            continue  # nothing in the trace tells fragmentation from a plain OOM
+        fails.setdefault(key, []).append((row, None if free is None else int(free), largest))
     for key in sorted(set(peaks) | set(fails), key=str):
-        frag, reserved, ts = peaks.get(key, (0.0, 0.0, None))
-        fl = [f for f in fails.get(key, []) if f.value is not None and f.value < f.bytes]
+        frag, reserved, peak_ts = peaks.get(key, (0.0, 0.0, None))
+        fl = fails.get(key, [])
         ratio = frag / reserved if reserved else 0.0
         big = frag >= cfg.min_fragmentation_bytes and ratio >= cfg.fragmentation_ratio
         if not big and not fl:
             continue
         rank, device = key
-        ev = [{"ts": int(f.ts), "requested": int(f.bytes), "largest_free": int(f.value)} for f in fl[:cfg.evidence]]
-        msg = f"rank {rank} device {device}: {frag / 2**20:.1f} MiB reserved but not allocated ({ratio:.0%} of reserved)"
+        device = None if device is None or pd.isna(device) else int(device)
+        ev = [{"ts": int(f.ts), "requested": int(f.bytes), "free": free,
+               "largest_free": None if largest is None else int(largest)} for f, free, largest in fl[:cfg.evidence]]
         if fl:
-            msg += (f"; {len(fl)} allocation(s) failed, e.g. {fl[0].bytes / 2**20:.1f} MiB requested with the largest "
-                    f"free block {fl[0].value / 2**20:.1f} MiB")
+            f0, free0, largest0 = fl[0]
+            known = [free for _, free, _ in fl if free is not None]
+            lost = max(known) if known else None
+            times = [int(f.ts) for f, _, _ in fl]
+            free_text = f"{free0 / 2**20:.1f} MiB free" if free0 is not None else "free memory not in the trace"
+            msg = (f"rank {rank} device {device}: {len(fl)} allocation(s) failed although "
+                   f"{'enough memory was free' if known else 'a smaller block was free'}, e.g. "
+                   f"{f0.bytes / 2**20:.1f} MiB requested with {free_text}"
+                   + (f" but no free block over {largest0 / 2**20:.1f} MiB" if largest0 is not None else ""))
+            # Confirmed when the trace shows the free memory; a suspect (warning) when it does not.
+            sev = Severity.CRITICAL if known else Severity.WARNING
+            ts, dur, metric = min(times), max(times) - min(times), "unusable_free_bytes"
+            value = float(lost) if lost is not None else None
+            threshold = float(f0.bytes)
+        else:
+            lost = int(frag)
+            msg = (f"rank {rank} device {device}: {frag / 2**20:.1f} MiB reserved but not allocated ({ratio:.0%} of "
+                   f"reserved); no allocation failed")
+            ts, dur, sev, metric, value = peak_ts, 0, Severity.INFO, "fragmentation_ratio", round(ratio, 6)
+            threshold = cfg.fragmentation_ratio
         out.append(Finding(
-            code="MEMORY_FRAGMENTATION", severity=Severity.CRITICAL if fl else Severity.WARNING,
-            title="Memory fragmentation", message=msg, rank=int(rank),
-            device=None if device is None or pd.isna(device) else int(device),
-            ts_ns=ts if ts is not None else (int(fl[0].ts) if fl else None), metric="fragmentation_ratio",
-            value=round(ratio, 6), threshold=cfg.fragmentation_ratio, lost_bytes=int(frag), evidence=ev))
+            code="MEMORY_FRAGMENTATION", severity=sev, title="Memory fragmentation", message=msg, rank=int(rank),
+            device=device, ts_ns=ts, dur_ns=dur, metric=metric, value=value, threshold=threshold,
+            lost_bytes=None if lost is None else int(lost), evidence=ev))
     return out

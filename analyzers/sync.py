@@ -68,8 +68,8 @@ def analyze(frames: Frames, cfg: SyncConfig):
     # One missing dependency (reader stream -> writer stream) races once per reading task, on
     # as many buffers as that task reads: one finding per stream pair, one occurrence per
     # reading task (its earliest read to the last write it overlapped).
-    for (rank, r_stream, w_stream), g in (races.groupby(["rank", "r_stream", "w_stream"]) if not races.empty
-                                          else []):
+    for (rank, device, r_stream, w_stream), g in (races.groupby(["rank", "device", "r_stream", "w_stream"])
+                                                  if not races.empty else []):
         first = g.iloc[0]
         per_read = g.groupby("r_corr").agg(ts=("r_ts", "min"), end=("w_end", "max"), buffers=("addr", "nunique"))
         per_read = per_read.sort_values("ts")
@@ -80,13 +80,13 @@ def analyze(frames: Frames, cfg: SyncConfig):
                      f"reading {int(first.addr):#x} {(first.w_end - first.r_ts) / 1e3:.1f} us before "
                      f"{first.w_name!r} finished writing it); no event orders stream {r_stream} after stream "
                      f"{w_stream}"),
-            rank=int(rank), stream=int(r_stream), ts_ns=int(per_read["ts"].min()),
+            rank=int(rank), device=int(device), stream=int(r_stream), ts_ns=int(per_read["ts"].min()),
             dur_ns=int(per_read["end"].max() - per_read["ts"].min()),
             metric="overlap_ns", value=float((g["w_end"] - g["r_ts"]).max()), threshold=0.0,
             evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
                        "addr": int(r.addr), "overlap_ns": int(r.w_end - r.r_ts)}
                       for r in g.head(cfg.evidence).itertuples()],
-            occurrences=[{"rank": int(rank), "stream": int(r_stream), "ts_ns": int(r.ts), "dur_ns": int(r.end - r.ts),
+            occurrences=[{"rank": int(rank), "device": int(device), "stream": int(r_stream), "ts_ns": int(r.ts), "dur_ns": int(r.end - r.ts),
                           "reader_corr": int(corr), "buffers": int(r.buffers)} for corr, r in per_read.iterrows()]))
     return findings, {"host_threads": stalls, "races": len(races)}
 
@@ -108,7 +108,7 @@ def _device_idle_during(frames: Frames, rank: int, calls: pd.DataFrame) -> int:
 def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:
     if acc.empty:
         return pd.DataFrame()
-    ops = frames.device_ops[["rank", "corr", "stream", "ts", "end", "name"]]
+    ops = frames.device_ops[["rank", "corr", "device", "stream", "ts", "end", "name"]]
     launches = frames.launches[["rank", "corr", "ts"]].rename(columns={"ts": "launch_ts"})
     a = acc[["rank", "kind", "addr", "corr"]].merge(ops, on=["rank", "corr"]).merge(launches, on=["rank", "corr"], how="left")
     a["name_op"] = a["name"].astype(str)
@@ -117,10 +117,11 @@ def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:
     writes = a[kind == "mem_write"]
     if reads.empty or writes.empty:
         return pd.DataFrame()
-    m = reads.merge(writes, on=["rank", "addr"], suffixes=("_r", "_w"))
+    # Stream ids are per device: two streams race only on one device (same addr space).
+    m = reads.merge(writes, on=["rank", "device", "addr"], suffixes=("_r", "_w"))
     m = m[(m["stream_r"] != m["stream_w"]) & (m["launch_ts_w"] <= m["launch_ts_r"]) & (m["ts_r"] < m["end_w"])
           & (m["end_r"] > m["ts_w"])]
-    return pd.DataFrame({"rank": m["rank"], "addr": m["addr"], "r_corr": m["corr_r"], "r_name": m["name_op_r"],
+    return pd.DataFrame({"rank": m["rank"], "device": m["device"], "addr": m["addr"], "r_corr": m["corr_r"], "r_name": m["name_op_r"],
                          "r_stream": m["stream_r"], "r_ts": m["ts_r"], "w_corr": m["corr_w"], "w_name": m["name_op_w"],
                          "w_stream": m["stream_w"], "w_end": m["end_w"]}).sort_values("r_ts").reset_index(drop=True)
 
