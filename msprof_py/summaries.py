@@ -101,7 +101,7 @@ class Rows:
         self.tasks = tasks.sort_values(["device", "rank", "ts"], kind="stable")
         api_kinds = df["kind"].isin(("api", "launch", "sync", "wait"))
         self.apis = df[(df["ph"] == "X") & api_kinds & ~on_device
-                       & ~df["cat"].isin(("host_work", "user_annotation"))].copy()
+                       & ~df["cat"].isin(("user_annotation",))].copy()
         steps = df[(df["kind"] == "step") & (df["ph"] == "X")].copy()
         steps["end"] = steps["ts"] + steps["dur"].fillna(0).astype(np.int64)
         self.steps = steps.sort_values(["rank", "ts"], kind="stable")

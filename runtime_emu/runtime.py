@@ -70,6 +70,8 @@ MEMCPY_HOST_TO_DEVICE: Final = 1
 MEMCPY_DEVICE_TO_HOST: Final = 2
 MEMCPY_DEVICE_TO_DEVICE: Final = 3
 _COPY_NAMES = {1: "H2D", 2: "D2H", 3: "D2D"}
+#: What `host_work` may record: host computation, or data loading (trace kinds of the same names).
+HOST_WORK_KINDS: Final = ("host_work", "data_load")
 PINNED_BASE: Final = 0x7F00_0000_0000
 DEVICE_SPAN: Final = 1 << 40
 HOST_MEMCPY_GBPS: Final = 10.0  # DEFAULT: host memcpy bandwidth for host-to-host copies
@@ -538,7 +540,8 @@ class Runtime:
     def launch_kernel(self, kernel: Handle, num_blocks: Integer, stream: Handle = None, *,
                       reads: tuple[int, ...] = (), writes: tuple[int, ...] = ()) -> int:
         """aclrtLaunchKernel. `reads` / `writes` name the device buffers the kernel touches; they
-        are recorded as `[access]` instants (a sanitizer's view) so races between streams show."""
+        are recorded as mem_read / mem_write instants (a sanitizer's view) so races between
+        streams show."""
         th = self._enter()
         if not isinstance(kernel, Kernel):
             raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"invalid kernel handle {kernel!r}")
@@ -556,10 +559,10 @@ class Runtime:
 
     def _accesses(self, th: HostThread, task: Task, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         dev = task.stream.device
-        for name, ptrs in (("[access] read", reads), ("[access] write", writes)):
+        for name, kind, ptrs in (("[access] read", "mem_read", reads), ("[access] write", "mem_write", writes)):
             for ptr in ptrs:
                 self.recorder.rows.append((th.rank, "i", name, "access", th.clock, None, host_pid(th.rank), th.tid,
-                                           None, '{"Addr":%d,"Task Id":%d}' % (ptr, task.corr), '{"s":"t"}', "marker",
+                                           None, '{"Addr":%d,"Task Id":%d}' % (ptr, task.corr), '{"s":"t"}', kind,
                                            dev.id, task.stream.id, task.corr, None, ptr, None, th.step))
 
     def memcpy_async(self, dst: Any, dest_max: Integer, src: Any, count: Integer, kind: Integer,
@@ -833,15 +836,16 @@ class Runtime:
         return dev.caching
 
     def _oom(self, th: HostThread, dev: Device, size: int, exc: Any) -> None:
-        """A failed allocation: an instant with the request (bytes) and the largest free block (value)."""
+        """A failed allocation: an `[OutOfMemory]` instant (PyTorch's name) with the request (bytes)
+        and the largest free block (value)."""
         if not self.sw.memory:
             return
         largest = getattr(exc, "largest_free_bytes", None)
-        self.recorder.rows.append((th.rank, "i", "[memory] allocation failed", "memory", th.clock, None,
+        self.recorder.rows.append((th.rank, "i", "[OutOfMemory]", "memory", th.clock, None,
                                    host_pid(th.rank), th.tid, None,
-                                   '{"Bytes":%d,"Largest Free":%d,"Free":%d}' % (
-                                       size, largest or 0, getattr(exc, "free_bytes", 0) or 0),
-                                   '{"s":"t"}', "marker", dev.id, None, None, size, None,
+                                   '{"Bytes":%d,"Largest Free":%d,"Free":%d,"Device Id":%d}' % (
+                                       size, largest or 0, getattr(exc, "free_bytes", 0) or 0, dev.id),
+                                   '{"s":"t"}', "alloc_fail", dev.id, None, None, size, None,
                                    None if largest is None else float(largest), th.step))
         # A failed caching allocation empties the cache before giving up: reserved changed.
         self._memory_counters(th, dev)
@@ -892,16 +896,21 @@ class Runtime:
                                        host_pid(th.rank), th.tid, None, None, None, "step", None, None, None, None,
                                        None, None, n))
 
-    def host_work(self, name: str, duration_ns: Any) -> None:
-        """Host-side computation (preprocessing, NMS...): the thread is busy for duration_ns."""
+    def host_work(self, name: str, duration_ns: Any, kind: str = "host_work") -> None:
+        """Host-side computation the device waits on: the thread is busy for duration_ns.
+        `kind` says what it is: "host_work" (preprocessing, NMS...) or "data_load" (reading
+        and decoding the next batch, as a DataLoader does)."""
         th = self._enter()
+        if kind not in HOST_WORK_KINDS:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM,
+                           f"host work kind must be one of {', '.join(HOST_WORK_KINDS)}, got {kind!r}")
         if duration_ns < 0:
             raise AclError(E.ACL_ERROR_INVALID_PARAM, f"duration must be >= 0, got {duration_ns}")
         t0 = th.clock
         th.clock += int(duration_ns)
         if self.sw.runtime_api:
-            self.recorder.rows.append((th.rank, "X", name, "host_work", t0, th.clock - t0, host_pid(th.rank), th.tid,
-                                       None, None, None, "api", None, None, None, None, None, None, th.step))
+            self.recorder.rows.append((th.rank, "X", name, kind, t0, th.clock - t0, host_pid(th.rank), th.tid,
+                                       None, None, None, kind, None, None, None, None, None, None, th.step))
 
     def now(self) -> int:
         """The calling thread's virtual time (ns)."""

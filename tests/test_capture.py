@@ -181,9 +181,9 @@ def governed(df: pd.DataFrame, switch: str) -> pd.Series:
         return (k.isin(["kernel", "memcpy", "memset", "collective", "flow"]) | (device & k.isin(["wait", "marker"]))
                 | ((k == "counter") & name.str.startswith("Queue depth")))
     if switch == "runtime_api":
-        return k.isin(["api", "launch", "sync", "flow"]) | ((k == "wait") & ~device)
+        return k.isin(["api", "launch", "sync", "flow", "host_work", "data_load"]) | ((k == "wait") & ~device)
     if switch == "memory":
-        return k.isin(["alloc", "free"]) | ((k == "counter") & name.str.startswith("Device memory"))
+        return k.isin(["alloc", "free", "alloc_fail"]) | ((k == "counter") & name.str.startswith("Device memory"))
     if switch == "hccl":
         return (k == "collective") | ((k == "wait") & (df["cat"].astype(str) == "hccl"))
     assert switch == "sys_hardware_mem"

@@ -231,6 +231,48 @@ def test_misuse_raises_clear_errors():
         rt.record_event(ev, None)
 
 
+def test_host_work_and_data_loading_are_recorded_as_their_kinds():
+    rt = new()  # host 100
+    s = rt.create_stream()  # host 200
+    acl._current = rt
+    acl.prof.host_work("read batch", 4_000, kind="data_load")  # 200..4200
+    rt.host_work("letterbox", 1_000)  # 4200..5200
+    rt.launch_kernel(K, 1, s, reads=(0x100,), writes=(0x200, 0x300))  # 5200..6200
+    with pytest.raises(AclError, match="ACL_ERROR_INVALID_PARAM.*kind must be one of host_work, data_load"):
+        rt.host_work("x", 10, kind="preprocess")
+    with pytest.raises(AclError, match="ACL_ERROR_INVALID_PARAM.*duration"):
+        rt.host_work("x", -1, kind="data_load")
+    df = rt.finish().trace.to_pandas()
+    work = df[df.kind.isin(["host_work", "data_load"])]
+    assert list(zip(work.name, work.kind, work.ts, work["dur"])) == [
+        ("read batch", "data_load", 200, 4_000), ("letterbox", "host_work", 4_200, 1_000)]
+    acc = df[df.kind.isin(["mem_read", "mem_write"])]
+    corr = df[df.kind == "kernel"]["corr"].iloc[0]
+    assert list(zip(acc.kind, acc.addr, acc["corr"])) == [
+        ("mem_read", 0x100, corr), ("mem_write", 0x200, corr), ("mem_write", 0x300, corr)]
+
+
+def test_failed_allocation_is_an_alloc_fail_row():
+    rt = new(preset=P.with_(hbm_bytes=256 * MiB, huge_page_bytes=0))
+    s = rt.create_stream()
+    ptrs = []
+    while True:
+        try:
+            ptrs.append(rt.cached_malloc(8 * MiB, s))
+        except AclError:
+            break
+    for p in ptrs[::2]:
+        rt.cached_free(p)
+    with pytest.raises(AclError):
+        rt.cached_malloc(30 * MiB, s)
+    df = rt.finish().trace.to_pandas()
+    fails = df[df.kind == "alloc_fail"]
+    # The first failure filled the device; the second found enough free memory, in pieces.
+    assert fails["bytes"].tolist() == [8 * MiB, 30 * MiB]
+    assert fails.name.unique().tolist() == ["[OutOfMemory]"] and fails.device.tolist() == [0, 0]
+    assert fails.value.iloc[1] < 30 * MiB
+
+
 def test_waiting_for_something_that_never_happens_is_a_deadlock_not_a_hang():
     rt = new()
     s1, s2 = rt.create_stream(), rt.create_stream()

@@ -192,7 +192,7 @@ def test_fragmentation_holds_reserved_far_above_allocated_and_a_large_request_fa
     # When the large request failed, the cache held more than it asked for, in pieces.
     at_failure = held[held.index <= failed["ts_ns"]].iloc[-1]
     assert at_failure == expected["reserved_minus_allocated_bytes"] > 4 * FRAG_REQUEST_BYTES
-    oom = df[(df.name == "[memory] allocation failed") & df.ts.between(t0, t1)]
+    oom = df[(df.kind == "alloc_fail") & df.ts.between(t0, t1)]
     assert list(zip(oom.ts, oom.bytes)) == [(failed["ts_ns"], FRAG_REQUEST_BYTES)]
     assert oom.value.iloc[0] < FRAG_REQUEST_BYTES  # the largest free block is too small
     empty = df[(df.name == "empty_cache") & df.ts.between(t0, t1)]
@@ -243,14 +243,14 @@ def test_serial_copies_leave_compute_idle_while_copies_run(name):
 
 def races(df: pd.DataFrame) -> set[tuple[int, int]]:
     """(writer corr, reader corr) of reads of a buffer on one stream while a write to it, launched
-    earlier on another stream, runs: from the `[access]` instants and the task rows."""
+    earlier on another stream, runs: from the mem_read / mem_write rows and the task rows."""
     tasks = df[df.kind.isin(DEVICE_KINDS)].set_index("corr")
     launched = df[df.kind == "launch"].set_index("corr").ts
-    acc = df[df.name.isin(["[access] read", "[access] write"])]
+    acc = df[df.kind.isin(["mem_read", "mem_write"])]
     corr = acc["corr"]
     acc = acc.assign(start=corr.map(tasks.ts), stop=corr.map(end(tasks)), sid=corr.map(tasks.stream),
                      launch=corr.map(launched))
-    pairs = acc[acc.name == "[access] read"].merge(acc[acc.name == "[access] write"], on="addr", suffixes=("_r", "_w"))
+    pairs = acc[acc.kind == "mem_read"].merge(acc[acc.kind == "mem_write"], on="addr", suffixes=("_r", "_w"))
     hit = pairs[(pairs.sid_r != pairs.sid_w) & (pairs.launch_w <= pairs.launch_r) & (pairs.start_r < pairs.stop_w)
                 & (pairs.stop_r > pairs.start_w)]
     return set(zip(hit["corr_w"].astype(int), hit["corr_r"].astype(int)))

@@ -162,7 +162,7 @@ def launch_op(rt: "Runtime", stream: Stream, name: str, total_ns: float, core: s
               blocks: int | None = None, jitter: float = 0.03, *, reads: tuple[int, ...] = (),
               writes: tuple[int, ...] = ()) -> int:
     """Launch one operator's kernel on `stream` (reading / writing the given device buffers, which
-    the trace records as `[access]` instants); returns its correlation id."""
+    the trace records as mem_read / mem_write rows); returns its correlation id."""
     kernel, blocks = op_kernel(rt, name, total_ns, core, blocks, jitter)
     return rt.launch_kernel(kernel, blocks, stream, reads=reads, writes=writes)
 

@@ -162,7 +162,7 @@ class _Rank:
         rt, model, comp = self.rt, self.model, self.comp
         layers = self.cfg["layers"]
         head = layers + 1 if len(self.elems) > layers + 1 else None
-        rt.host_work("DataLoader.__next__", jittered(rt, DATALOADER_NS, DATALOADER_JITTER))
+        rt.host_work("DataLoader.__next__", jittered(rt, DATALOADER_NS, DATALOADER_JITTER), kind="data_load")
         rt.memcpy_async(self.dev_batch, batch_bytes, self.host_batch, batch_bytes, MEMCPY_HOST_TO_DEVICE, comp)
         phases = iter(self.phases)
         # Forward: with ZeRO each layer first waits for its parameters' gather (a no-op in step 0).

@@ -102,7 +102,8 @@ class _Pipeline:
 
     def preprocess(self) -> None:
         rt = self.rt
-        rt.host_work("decode", jittered(rt, DECODE_NS, 0.15))  # JPEG size varies image to image
+        # Reading and decoding the JPEG is data loading; its size varies image to image.
+        rt.host_work("decode", jittered(rt, DECODE_NS, 0.15), kind="data_load")
         rt.host_work("resize", jittered(rt, RESIZE_NS, 0.1))
         rt.host_work("letterbox", jittered(rt, LETTERBOX_NS, 0.1))
 
