@@ -130,10 +130,10 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
     "while free memory looks sufficient"), and caches holding much more than they hand out
     (INFO: a reserve is not harm until a request fails).
 
-    The cost of a failed request is the free memory it could not use: the device's free bytes
-    at the failure (its capacity from the device preset minus the driver's "Device memory
-    used"; without those, the caching allocator's reserved minus allocated) when the largest
-    free block was smaller than the request."""
+    The cost of a failed request is the free memory it could not use: at the failure, the
+    driver's free bytes (capacity from the device preset minus "Device memory used") plus the
+    caching allocator's reserved minus allocated, when the largest free block was smaller than
+    the request and that free memory would have held it."""
     out = []
     names = counters["name"].astype(str) if not counters.empty else pd.Series(dtype=str)
 
@@ -163,11 +163,13 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
         largest = None if pd.isna(row.value) else float(row.value)
         if largest is not None and largest >= row.bytes:
             continue  # a block large enough existed: not fragmentation
+        # Free to the program: what the driver has left, plus what a caching allocator holds
+        # reserved but not handed out (its holes: where fragmentation strands memory).
         u = at(used, key, row.ts)
-        free = (capacity - u) if capacity and u is not None else None
-        if free is None:
-            r_, a_ = at(res, key, row.ts), at(alloc, key, row.ts)
-            free = (r_ - (a_ or 0)) if r_ is not None else None
+        driver_free = (capacity - u) if capacity and u is not None else None
+        r_, a_ = at(res, key, row.ts), at(alloc, key, row.ts)
+        cache_free = (r_ - (a_ or 0)) if r_ is not None else None
+        free = None if driver_free is None and cache_free is None else (driver_free or 0) + (cache_free or 0)
         if free is not None and free < row.bytes:
             continue  # memory was really short: an OOM, not fragmentation
         if free is None and largest is None:
