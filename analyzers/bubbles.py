@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames
+from analyzers.frames import Frames, union_ns
 
 CAUSES = {
     "host_launch": ("BUBBLE_HOST_LAUNCH", "host-bound launch"),
@@ -32,6 +32,10 @@ class BubbleConfig:
     critical_ratio: float = 0.30
     #: Cores starving while copies run is cheap to fix (overlap them), so it warns earlier.
     copy_warning_ratio: float = 0.05
+    #: ... and at this share already when the cores waited through most of the copy time
+    #: (copies serialised with compute, not a copy that overran once).
+    copy_pattern_ratio: float = 0.01
+    copy_exposed_share: float = 0.5
     producer_slack_ns: int = 5_000  # a producer "ends the gap" if it ends this close before it
     #: A sync call that returned this close to the moment the device went idle (or later) was
     #: waiting for the device to drain: the host could queue nothing behind it.
@@ -68,20 +72,23 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     went idle (it waited for the device to drain, so nothing was queued behind it) makes it
     sync; otherwise it is launch overhead (small kernels: LAUNCH_BOUND, reported by the launch
     analyzer). If it had been launched in time, it waited on the device: for what ended just
-    before on the device (a copy, a collective, or an event's producer). In gaps the host
-    caused, the time the device spent copying counts as waiting on a copy. Waiting on a
+    before on the device (a copy, a collective, or an event's producer). In gaps a sync
+    caused (or a late launch with no host work), the time the device spent copying counts as
+    waiting on a copy. Waiting on a
     collective is reported as information only (exposed communication; the slow rank, slow
     link and contention analyzers name what makes a collective slow). Idle before the
     first kernel and after the last one is pipeline fill and drain: measured, not a problem.
     Per cause, the idle time is the time lost; its share of the device's step time (all
-    steps) sets the severity.
+    steps) sets the severity: warning from 10% (5% for copies, or 1% when the cores waited
+    through at least half of the copy time: copies serialised with compute), critical from
+    30%.
     """
     ops = frames.device_ops
     if not (ops["kind"].astype(str) == "kernel").any():
         raise Skipped("no device ops (kernels) in the trace")
     table = device_gaps(frames, cfg)
     windows = device_windows(frames)
-    findings = _findings(table, windows, cfg)
+    findings = _findings(table, windows, cfg, ops)
     per_step = step_breakdown(frames, cfg)
     causes = table.groupby("cause")["idle_ns"].sum().astype(int).to_dict() if len(table) else {}
     return findings, {"per_step": per_step.to_dict("records"), "gaps": int((~table["cause"].isin(EDGE_CAUSES)).sum()),
@@ -133,14 +140,18 @@ def device_gaps(frames: Frames, cfg: BubbleConfig | None = None) -> pd.DataFrame
     else:
         table = pd.concat(parts, ignore_index=True)
         inner = ~table["cause"].isin(EDGE_CAUSES)
+        table["launched"] = np.nan
         if inner.any():
-            table.loc[inner, "cause"] = _classify(table[inner].reset_index(drop=True), ops, frames, cfg)
+            cause, launched = _classify(table[inner].reset_index(drop=True), ops, frames, cfg)
+            table.loc[inner, "cause"] = cause
+            table.loc[inner, "launched"] = launched
+        table = _device_side_tails(table, ops, cfg)
         # Short gaps the device itself leaves (dispatch latency between dependent tasks) are
         # jitter; short gaps waiting for the host are not: a launch-bound loop is made of them.
         host_caused = table["cause"].isin(HOST_CAUSES)
         table = table[host_caused | (table["idle_ns"] >= cfg.min_gap_ns)].reset_index(drop=True)
         table = _in_windows(table, windows)
-        table = _split_copy_time(table, ops)[GAP_COLUMNS]
+        table = _split_copy_time(table, ops, frames)[GAP_COLUMNS]
     frames._cache[key] = table
     return table
 
@@ -195,32 +206,74 @@ def _in_windows(table: pd.DataFrame, windows: dict) -> pd.DataFrame:
     return out
 
 
-def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    """The part of a host-caused gap during which the device was copying is 'waiting on a
-    copy' time: the cores starved while data moved."""
+def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame, frames: Frames) -> pd.DataFrame:
+    """The part of a host-caused gap during which the cores waited for data is 'waiting on a
+    copy' time (the serial copy-in / copy-out pattern)."""
     copies = ops[ops["kind"].astype(str).isin(["memcpy", "memset"])]
     if copies.empty or table.empty:
         return table
+    host = frames.host_calls
+    syncs = host[host["kind"].astype(str) == "sync"] if not host.empty else host
     table = table.copy()
     table["copy_ns"] = 0
+    table["synced_copy_ns"] = 0
     for (rank, device), idx in table.groupby(["rank", "device"]).groups.items():
         c = copies[(copies["rank"] == rank) & (copies["device"] == device)]
         if c.empty:
             continue
-        cover = _cover(c)
         g = table.loc[idx]
-        table.loc[idx, "copy_ns"] = (cover(g["end"].to_numpy()) - cover(g["ts"].to_numpy())).astype(np.int64)
-    # Gaps the host caused (late launches, syncs, host work) lose their copy time to "copy":
-    # the cores waited for the data. Where they waited on a collective or an event, a copy
-    # running meanwhile (a prefetch) was not what they waited for; fill and drain stay edges.
-    splittable = (table["copy_ns"] > 0) & table["cause"].isin(["host_launch", "launch", "sync", "data", "other"])
-    copy_part = table[splittable].copy()
-    copy_part["idle_ns"] = copy_part["copy_ns"]
+        a, b = g["ts"].to_numpy(), g["end"].to_numpy()
+        cover = _cover(c)
+        table.loc[idx, "copy_ns"] = (cover(b) - cover(a)).astype(np.int64)
+        s = syncs[syncs["rank"] == rank] if len(syncs) else syncs
+        if len(s):
+            both = _intersect(_merge(c["ts"].to_numpy(), c["end"].to_numpy()),
+                              _merge(s["ts"].to_numpy(), (s["ts"] + s["dur"].fillna(0)).to_numpy()))
+            cover_both = _cover(pd.DataFrame({"ts": both[0], "dur": both[1] - both[0]}))
+            table.loc[idx, "synced_copy_ns"] = (cover_both(b) - cover_both(a)).astype(np.int64)
+    # A sync that returned as the device went idle was draining copies: all the copy time in
+    # its gap is the cores waiting for data. Where the host was busy (host work, per-op launch
+    # overhead) only the copy time it spent blocked in a sync waiting for a copy is: a copy
+    # running while the host computed was not what the cores waited for. Where they waited on
+    # a collective or an event, a copy running meanwhile (a prefetch) is not either.
+    moved = np.where(table["cause"].isin(["host_launch", "sync", "other"]), table["copy_ns"],
+                     np.where(table["cause"].isin(["data", "launch"]), table["synced_copy_ns"], 0))
+    moved = np.minimum(moved, table["idle_ns"].to_numpy())
+    copy_part = table[moved > 0].copy()
+    copy_part["idle_ns"] = moved[moved > 0]
     copy_part["cause"] = "copy"
     rest = table.copy()
-    rest.loc[splittable, "idle_ns"] = rest.loc[splittable, "idle_ns"] - rest.loc[splittable, "copy_ns"]
+    rest["idle_ns"] = rest["idle_ns"] - moved
     out = pd.concat([rest[rest["idle_ns"] > 0], copy_part], ignore_index=True)
     return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
+
+
+def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted, disjoint (starts, ends)."""
+    if len(ts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order].astype(np.int64), end[order].astype(np.int64)
+    run_end = np.maximum.accumulate(end)
+    new = np.concatenate([[True], ts[1:] > run_end[:-1]])
+    return ts[new], np.maximum.reduceat(end, np.flatnonzero(new))
+
+
+def _intersect(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two unions of disjoint sorted intervals."""
+    out_a, out_b = [], []
+    i = j = 0
+    (xa, xb), (ya, yb) = x, y
+    while i < len(xa) and j < len(ya):
+        lo, hi = max(xa[i], ya[j]), min(xb[i], yb[j])
+        if hi > lo:
+            out_a.append(lo)
+            out_b.append(hi)
+        if xb[i] < yb[j]:
+            i += 1
+        else:
+            j += 1
+    return np.array(out_a, np.int64), np.array(out_b, np.int64)
 
 
 def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: BubbleConfig) -> np.ndarray:
@@ -266,7 +319,30 @@ def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: Bubble
     rest = ~late & gaps["next_corr"].notna().to_numpy()
     if rest.any():
         cause[rest] = _producer_kind(gaps[rest], ops, cfg)
-    return cause
+    return cause, np.where(late, launch_ts, np.nan)
+
+
+def _device_side_tails(table: pd.DataFrame, ops: pd.DataFrame, cfg: BubbleConfig) -> pd.DataFrame:
+    """Split a host-caused gap where the late kernel's launch returned: before, the device waited
+    for the host (the gap's cause); after, the kernel was queued and waited on the device, for
+    whatever ended just before it started (a copy on its stream, an event's producer...)."""
+    late = table["launched"].notna() & (table["launched"] < table["end"]) & (table["launched"] > table["ts"])
+    if not late.any():
+        return table.drop(columns="launched")
+    tail = table[late].copy()
+    tail["ts"] = tail["launched"].astype(np.int64)
+    tail["idle_ns"] = tail["end"] - tail["ts"]
+    tail["cause"] = _producer_kind(tail.reset_index(drop=True), ops, cfg)
+    # Waiting on nothing in particular after the launch is dispatch latency: it stays with the
+    # host-side cause that made the launch late.
+    keep = tail["cause"].isin(["copy", "collective"]).to_numpy()
+    head = table.copy()
+    cut = late.copy()
+    cut[late] = keep
+    head.loc[cut, "end"] = head.loc[cut, "launched"].astype(np.int64)
+    head["idle_ns"] = head["end"] - head["ts"]
+    out = pd.concat([head, tail[keep]], ignore_index=True).drop(columns="launched")
+    return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
 
 
 def _sync_ends(frames: Frames) -> dict:
@@ -301,7 +377,21 @@ def _producer_kind(gaps: pd.DataFrame, ops: pd.DataFrame, cfg: BubbleConfig) -> 
 REPORTED = tuple(CAUSES)
 
 
-def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Finding]:
+def _copy_exposure(ops: pd.DataFrame, rank: int, device: int, lost: int) -> float:
+    """Share of the device's copy time, between its first kernel's start and its last kernel's
+    end, during which no kernel ran (`lost`, the copy-caused idle, over that copy time)."""
+    d = ops[(ops["rank"] == rank) & (ops["device"] == device)]
+    kinds = d["kind"].astype(str)
+    k = d[kinds == "kernel"]
+    if k.empty:
+        return 0.0
+    lo, hi = int(k["ts"].min()), int(k["end"].max())
+    c = d[kinds.isin(["memcpy", "memset"]) & (d["end"] > lo) & (d["ts"] < hi)]
+    total = union_ns(c["ts"].clip(lower=lo).to_numpy(), c["end"].clip(upper=hi).to_numpy())
+    return min(lost / total, 1.0) if total else 0.0
+
+
+def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig, ops: pd.DataFrame) -> list[Finding]:
     out = []
     if table.empty:
         return out
@@ -315,6 +405,11 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Fin
         warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
         sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
                Severity.WARNING if ratio >= warn else Severity.INFO)
+        if cause == "copy" and sev == Severity.INFO and ratio >= cfg.copy_pattern_ratio:
+            # Copies serialised with compute (the cores wait through most of the copy time) is
+            # the pattern itself, whatever the copies weigh: a warning once it costs 1%.
+            if _copy_exposure(ops, int(rank), int(device), lost) >= cfg.copy_exposed_share:
+                sev = Severity.WARNING
         if cause == "collective":
             # Cores idle while a collective runs is exposed communication: a measurement (the
             # step breakdown's communication share), not a diagnosis. What makes collectives

@@ -9,7 +9,8 @@ one claim per occurrence (an occurrence's missing rank / device / stream default
 finding's; its time never does: an occurrence without `ts_ns` has no time). A claim matches an
 injected problem only when
 
-- the location agrees: the same rank (a link problem also accepts either end of its link); the
+- the location agrees: the same rank (a link problem also accepts either end of its link, or a
+  claim naming the link itself); the
   same device and the same stream when both the problem and the claim name one; for a problem
   on a link (`where.link` / `where.links`), the claim names one of those links (in its
   occurrence, or in the finding's evidence, as `link` / `links`); for slow-rank, the claim's
@@ -20,11 +21,15 @@ injected problem only when
 Each claim matches at most one problem and each problem at most one claim: a maximum bipartite
 matching over the (claim, problem) pairs that agree, per run (augmenting paths; claims and
 problems in time order, so ties resolve the same way every time). One finding that spans
-several problems without listing them as occurrences therefore detects only one of them.
+several problems without listing them as occurrences therefore detects only one of them. An
+occurrence that agrees only with a problem another occurrence of the *same* finding matched is
+one problem seen in parts: it is left out of precision (neither true nor false); a second
+finding on a matched problem is false.
 
 Scores per problem kind, over all runs (healthy runs included):
 - recall = injected problems matched / injected problems;
-- precision = claims of that kind's codes that matched a problem / all such claims;
+- precision = claims of that kind's codes that matched a problem / all such claims (sibling
+  occurrences of one matched problem left out, see above);
 - false alarms: every warning-or-worse finding, of any code, on a healthy run.
 Targets: precision and recall >= 0.95 for every kind; no false alarm.
 """
@@ -271,10 +276,12 @@ def disagreement(claim: Claim, problem: Mapping[str, Any]) -> str | None:
     if claim.ts_ns is None:
         return "no time"
     rank = where.get("rank")
+    named = {q for link in claim.links for q in _qualified(link, claim)}
     if rank is not None and claim.rank != rank:
-        # A link problem may be named from either end of its link (or by the link alone).
+        # A link problem may be named from either end of its link, or by the link itself: a
+        # claim that names the problem's link has its location, whichever rank it leads with.
         ends = {int(m) for link in links for m in _LINK_RANK.findall(link)}
-        if not (links and (claim.rank is None or claim.rank in ends)):
+        if not (links and (claim.rank is None or claim.rank in ends or named & links)):
             return "no rank" if claim.rank is None else "wrong rank"
     if not links and problem.get("problem") not in RANK_ONLY:
         for key in ("device", "stream"):
@@ -282,7 +289,6 @@ def disagreement(claim: Claim, problem: Mapping[str, Any]) -> str | None:
             if mine is not None and theirs is not None and mine != theirs:
                 return f"wrong {key}"
     if links:
-        named = {q for link in claim.links for q in _qualified(link, claim)}
         if not named:
             return "no link"
         if not named & links:
@@ -361,8 +367,7 @@ def match(findings: Sequence[Mapping[str, Any]], problems: Sequence[Mapping[str,
             agree = {p for p, r in mine if r is None}
             same = any(cc != c and claims[cc].finding == claims[c].finding and p in agree
                        for cc, p in assigned.items())
-            claim_reason[c] = ("its problem is already matched by another occurrence of the same finding" if same
-                               else "its problem is already matched by another finding")
+            claim_reason[c] = SIBLING if same else "its problem is already matched by another finding"
         else:
             claim_reason[c] = _closest(r for _, r in mine)
     problem_reason: dict[int, str] = {}
@@ -378,6 +383,12 @@ def match(findings: Sequence[Mapping[str, Any]], problems: Sequence[Mapping[str,
             problem_reason[p] = _closest(r for _, r in mine)
     return Matching(claims, list(problems), assigned, claim_reason, problem_reason)
 
+
+#: An occurrence whose problem another occurrence of the same finding already matched: one
+#: finding seen in several parts (a bubble split at a step edge, back-to-back slowed copies).
+#: It is neither a detection nor a false claim, so precision leaves it out; a second *finding*
+#: on an already matched problem is still false.
+SIBLING = "its problem is already matched by another occurrence of the same finding"
 
 # The most telling reason first: a near miss (right place, wrong time) says more than a far one.
 _REASON_ORDER = ("time outside window", "no time", "wrong link", "no link", "wrong stream", "wrong device",
@@ -413,7 +424,7 @@ class Scores:
                         injected += 1
                         matched += r.matching.problem_matched(p)
                 for c, claim in enumerate(r.matching.claims):
-                    if claim.code in codes:
+                    if claim.code in codes and r.matching.claim_reason.get(c) != SIBLING:
                         claims += 1
                         true += c in r.matching.claim_problem
             if not injected and not claims:
@@ -449,7 +460,7 @@ class Scores:
                                         + _nearest_claim_text(m, p, codes, r.findings))
                 for c, why in m.claim_reason.items():
                     claim = m.claims[c]
-                    if claim.code not in codes:
+                    if claim.code not in codes or why == SIBLING:
                         continue
                     why = "healthy run" if r.case.healthy else why
                     false[why] += 1

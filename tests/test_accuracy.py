@@ -73,7 +73,11 @@ def test_link_problems_need_the_link_named_in_evidence_or_occurrence():
     assert matched([other_end], [p])[1] == [0]  # the link's other end names its own device / stream
     assert matched([wrong], [p])[0].problem_reason == {0: "wrong link"}
     assert matched([unnamed], [p])[0].problem_reason == {0: "no link"}
-    assert matched([elsewhere], [p])[0].problem_reason == {0: "wrong rank"}
+    # A finding that names the problem's link has its location, whichever rank it leads with
+    # (a fault seen from both ends is reported once, under one of them).
+    assert matched([elsewhere], [p])[1] == [0]
+    elsewhere_unnamed = finding("SLOW_LINK", rank=5, device=5, ts=100, evidence=[{"link": "r0->r4.hccs"}])
+    assert matched([elsewhere_unnamed], [p])[0].problem_reason == {0: "wrong rank"}
     occ = finding("SLOW_LINK", rank=None, device=None, ts=None, dur=None,
                   occurrences=[{"rank": 2, "ts_ns": 200, "dur_ns": 50, "link": "r2->r6.hccs"}])
     assert matched([occ], [p])[1] == [0]
@@ -149,11 +153,18 @@ def test_two_findings_on_one_problem_one_is_false():
     assert list(m.claim_reason.values()) == ["its problem is already matched by another finding"]
 
 
-def test_several_occurrences_of_one_problem_are_one_true_and_the_rest_false():
-    f = finding(ts=1_000, dur=1_000, occurrences=[{"ts_ns": 1_100, "dur_ns": 10}, {"ts_ns": 1_500, "dur_ns": 10}])
+def test_several_occurrences_of_one_problem_are_one_detection_the_rest_left_out():
+    f = finding(ts=1_000, dur=1_000, occurrences=[{"ts_ns": 1_100, "dur_ns": 10}, {"ts_ns": 1_500, "dur_ns": 10},
+                                                  {"ts_ns": 7_000, "dur_ns": 10}])
     m, hit = matched([f], [problem()])
     assert hit == [0]
-    assert list(m.claim_reason.values()) == ["its problem is already matched by another occurrence of the same finding"]
+    assert list(m.claim_reason.values()) == [ev.SIBLING, "time outside window"]
+    # The sibling is neither true nor false; the occurrence outside every window is false.
+    row = ev.Scores([ev.score_run(ev.case("x", ["queue-congestion"]), [f], [problem()])]).table()[0]
+    assert (row["matched"], row["findings"], row["true"], row["precision"]) == (1, 2, 1, 0.5)
+    # A second finding on the same problem stays false.
+    row = ev.Scores([ev.score_run(ev.case("x", ["queue-congestion"]), [f, finding(ts=1_600)], [problem()])]).table()[0]
+    assert (row["findings"], row["true"]) == (3, 1)
 
 
 def test_the_assignment_is_a_maximum_matching_not_first_come():

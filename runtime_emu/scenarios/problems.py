@@ -274,7 +274,12 @@ class Injector:
 
     def report_serial_bubble(self, stream: Stream, prev_kernel: int | None, next_kernel: int, copies: list[int],
                              call_site: str) -> None:
-        """Compute on `stream` stopped from `prev_kernel` to `next_kernel` while copies ran and the host synced."""
+        """Compute on `stream` stopped from `prev_kernel` to `next_kernel` while copies ran and the host synced.
+
+        With no kernel before (the first step's input copy), the bubble is the pipeline fill a
+        double-buffered program pays as well: not a problem, so not recorded."""
+        if prev_kernel is None:
+            return
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
             cs = [tasks[c] for c in copies]
