@@ -405,11 +405,14 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig, ops: pd.Dat
         warn = cfg.copy_warning_ratio if cause == "copy" else cfg.warning_ratio
         sev = (Severity.CRITICAL if ratio >= cfg.critical_ratio else
                Severity.WARNING if ratio >= warn else Severity.INFO)
+        note = ""
         if cause == "copy" and sev == Severity.INFO and ratio >= cfg.copy_pattern_ratio:
             # Copies serialised with compute (the cores wait through most of the copy time) is
             # the pattern itself, whatever the copies weigh: a warning once it costs 1%.
-            if _copy_exposure(ops, int(rank), int(device), lost) >= cfg.copy_exposed_share:
-                sev = Severity.WARNING
+            exposed = _copy_exposure(ops, int(rank), int(device), lost)
+            if exposed >= cfg.copy_exposed_share:
+                sev, warn = Severity.WARNING, cfg.copy_pattern_ratio
+                note = f"; the cores waited through {exposed:.0%} of the copy time: copies serialised with compute"
         if cause == "collective":
             # Cores idle while a collective runs is exposed communication: a measurement (the
             # step breakdown's communication share), not a diagnosis. What makes collectives
@@ -422,7 +425,7 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig, ops: pd.Dat
         out.append(Finding(
             code=code, severity=sev, title=f"Device idle: {label}",
             message=(f"rank {rank} device {device}: {lost / 1e6:.3f} ms idle ({ratio:.1%} of device step time) "
-                     f"in {len(g)} gaps {label}"),
+                     f"in {len(g)} gaps {label}{note}"),
             rank=int(rank), device=int(device), stream=stream, ts_ns=int(g["ts"].min()),
             dur_ns=int(g["end"].max() - g["ts"].min()), metric="idle_share", value=round(ratio, 6), threshold=warn, lost_ns=lost,
             evidence=[{"ts": int(r.ts), "dur": int(r.idle_ns), "next": r.next_name, "corr": _int(r.next_corr),
