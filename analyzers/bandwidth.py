@@ -7,9 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.bubbles import _cover
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames, union_ns
+from analyzers.frames import Frames, cover, merge_intervals, union_ns
 from analyzers.streams import bandwidth_summary, copy_bandwidth
 
 MiB = 1 << 20
@@ -192,7 +191,7 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     g = g.assign(interval=comp[: len(g)])
     occurrences = []
     kernels = ops[(ops["rank"] == rank) & (ops["device"] == device) & (ops["kind"].astype(str) == "kernel")]
-    busy = _cover(kernels)
+    busy = cover(kernels)
     for _, iv in g.groupby("interval"):
         slowed = iv[iv["slowed"]]
         if slowed.empty:
@@ -335,25 +334,13 @@ def _exposed_window(comm: pd.DataFrame, comp: pd.DataFrame) -> tuple[int | None,
     s, e = comm["ts"].to_numpy(), comm["end"].to_numpy()
     exposed = np.ones(len(s), dtype=bool)
     if len(comp):
-        m_ts, m_end = _merged(comp["ts"].to_numpy(), comp["end"].to_numpy())
+        m_ts, m_end = merge_intervals(comp["ts"].to_numpy(), comp["end"].to_numpy())
         k = np.searchsorted(m_ts, s, side="right") - 1
         exposed = (k < 0) | (m_end[np.maximum(k, 0)] < e)
     exposed &= e > s
     if not exposed.any():
         return None, None
     return int(s[exposed].min()), int(e[exposed].max())
-
-
-def _merged(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as disjoint (start, end) arrays, sorted."""
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order], end[order]
-    run_end = np.maximum.accumulate(end)
-    new = np.ones(len(ts), dtype=bool)
-    new[1:] = ts[1:] > run_end[:-1]
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:] - 1, len(ts) - 1)
-    return ts[starts], run_end[ends]
 
 
 def _low_overlap(overlap: list[dict], cfg: BandwidthConfig) -> Finding | None:

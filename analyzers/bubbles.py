@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames, union_ns
+from analyzers.frames import Cover, Frames, cover, intersect_intervals, merge_intervals, union_ns
 
 CAUSES = {
     "host_launch": ("BUBBLE_HOST_LAUNCH", "host-bound launch"),
@@ -223,14 +223,13 @@ def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame, frames: Frames) -> 
             continue
         g = table.loc[idx]
         a, b = g["ts"].to_numpy(), g["end"].to_numpy()
-        cover = _cover(c)
-        table.loc[idx, "copy_ns"] = (cover(b) - cover(a)).astype(np.int64)
+        table.loc[idx, "copy_ns"] = cover(c).between(a, b).astype(np.int64)
         s = syncs[syncs["rank"] == rank] if len(syncs) else syncs
         if len(s):
-            both = _intersect(_merge(c["ts"].to_numpy(), c["end"].to_numpy()),
-                              _merge(s["ts"].to_numpy(), (s["ts"] + s["dur"].fillna(0)).to_numpy()))
-            cover_both = _cover(pd.DataFrame({"ts": both[0], "dur": both[1] - both[0]}))
-            table.loc[idx, "synced_copy_ns"] = (cover_both(b) - cover_both(a)).astype(np.int64)
+            both = intersect_intervals(merge_intervals(c["ts"].to_numpy(), c["end"].to_numpy()),
+                                       merge_intervals(s["ts"].to_numpy(), (s["ts"] + s["dur"].fillna(0)).to_numpy()))
+            cover_both = Cover(*both)
+            table.loc[idx, "synced_copy_ns"] = cover_both.between(a, b).astype(np.int64)
     # A sync that returned as the device went idle was draining copies: all the copy time in
     # its gap is the cores waiting for data. Where the host was busy (host work, per-op launch
     # overhead) only the copy time it spent blocked in a sync waiting for a copy is: a copy
@@ -246,34 +245,6 @@ def _split_copy_time(table: pd.DataFrame, ops: pd.DataFrame, frames: Frames) -> 
     rest["idle_ns"] = rest["idle_ns"] - moved
     out = pd.concat([rest[rest["idle_ns"] > 0], copy_part], ignore_index=True)
     return out.sort_values(["rank", "device", "ts"], kind="stable").reset_index(drop=True)
-
-
-def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals as sorted, disjoint (starts, ends)."""
-    if len(ts) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order].astype(np.int64), end[order].astype(np.int64)
-    run_end = np.maximum.accumulate(end)
-    new = np.concatenate([[True], ts[1:] > run_end[:-1]])
-    return ts[new], np.maximum.reduceat(end, np.flatnonzero(new))
-
-
-def _intersect(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two unions of disjoint sorted intervals."""
-    out_a, out_b = [], []
-    i = j = 0
-    (xa, xb), (ya, yb) = x, y
-    while i < len(xa) and j < len(ya):
-        lo, hi = max(xa[i], ya[j]), min(xb[i], yb[j])
-        if hi > lo:
-            out_a.append(lo)
-            out_b.append(hi)
-        if xb[i] < yb[j]:
-            i += 1
-        else:
-            j += 1
-    return np.array(out_a, np.int64), np.array(out_b, np.int64)
 
 
 def _classify(gaps: pd.DataFrame, ops: pd.DataFrame, frames: Frames, cfg: BubbleConfig) -> np.ndarray:
@@ -480,31 +451,8 @@ def _host_cover(frames: Frames) -> dict:
     syncs = dict(iter(calls[calls["kind"].astype(str) == "sync"].groupby(keys))) if not calls.empty else {}
     works = dict(iter(work.groupby(keys))) if not work.empty else {}
     none = pd.DataFrame()
-    return {key: (_cover(syncs.get(key, none)), _cover(works.get(key, none)))
+    return {key: (cover(syncs.get(key, none)), cover(works.get(key, none)))
             for key in sorted(set(syncs) | set(works))}
-
-
-def _cover(rows: pd.DataFrame):
-    """t -> length of the union of the rows' intervals that lies before t."""
-    if rows.empty:
-        return lambda t: np.zeros(len(t))
-    ts = rows["ts"].to_numpy(dtype=np.int64)
-    end = ts + rows["dur"].fillna(0).to_numpy(dtype=np.int64)
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order], end[order]
-    run_end = np.maximum.accumulate(end)
-    new = np.concatenate([[True], ts[1:] > run_end[:-1]])
-    starts = ts[new]
-    stops = np.maximum.reduceat(end, np.flatnonzero(new))
-    before = np.concatenate([[0], np.cumsum(stops - starts)])
-
-    def covered(t):
-        t = np.asarray(t, dtype=np.float64)
-        i = np.searchsorted(starts, t, side="right") - 1
-        inside = np.where(i >= 0, np.minimum(t, stops[np.maximum(i, 0)]) - starts[np.maximum(i, 0)], 0)
-        return np.where(i >= 0, before[np.maximum(i, 0)] + np.maximum(inside, 0), 0)
-
-    return covered
 
 
 def _int(v):

@@ -206,6 +206,66 @@ def union_ns(ts: np.ndarray, end: np.ndarray) -> int:
     return int((end.max() - ts[0]) - gaps(ts, end).sum())
 
 
+def merge_intervals(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted, disjoint (starts, ends)."""
+    if len(ts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts, end = np.asarray(ts)[order].astype(np.int64), np.asarray(end)[order].astype(np.int64)
+    run_end = np.maximum.accumulate(end)
+    new = np.ones(len(ts), dtype=bool)
+    new[1:] = ts[1:] > run_end[:-1]
+    return ts[new], np.maximum.reduceat(run_end, np.flatnonzero(new))
+
+
+def intersect_intervals(x: tuple[np.ndarray, np.ndarray],
+                        y: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two unions of disjoint sorted intervals (as `merge_intervals` gives)."""
+    out_a, out_b = [], []
+    i = j = 0
+    (xa, xb), (ya, yb) = x, y
+    while i < len(xa) and j < len(ya):
+        lo, hi = max(xa[i], ya[j]), min(xb[i], yb[j])
+        if hi > lo:
+            out_a.append(lo)
+            out_b.append(hi)
+        if xb[i] < yb[j]:
+            i += 1
+        else:
+            j += 1
+    return np.array(out_a, np.int64), np.array(out_b, np.int64)
+
+
+class Cover:
+    """Cumulative union length of a set of intervals: cover(t) = covered time before t, so
+    cover.between(a, b) is the covered time in [a, b) (vectorised over a and b)."""
+
+    def __init__(self, ts: np.ndarray, end: np.ndarray) -> None:
+        self.starts, self.ends = merge_intervals(np.asarray(ts), np.asarray(end))
+        lengths = self.ends - self.starts
+        self.before = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else lengths
+
+    def __call__(self, t) -> np.ndarray:
+        t = np.asarray(t, dtype=np.int64)
+        if len(self.starts) == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        j = np.clip(i, 0, None)
+        inside = np.clip(t - self.starts[j], 0, self.ends[j] - self.starts[j])
+        return np.where(i >= 0, self.before[j] + inside, 0)
+
+    def between(self, a, b) -> np.ndarray:
+        return self(b) - self(a)
+
+
+def cover(rows: pd.DataFrame) -> Cover:
+    """The Cover of rows with `ts` and `dur` (a missing dur is an instant; no rows: nothing)."""
+    if rows.empty:
+        return Cover(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    ts = rows["ts"].to_numpy(dtype=np.int64)
+    return Cover(ts, ts + rows["dur"].fillna(0).to_numpy(dtype=np.int64))
+
+
 def _dictionary_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     """A dictionary column's codes (null as -1) and its dictionary as a list."""
     if isinstance(col, pa.ChunkedArray):

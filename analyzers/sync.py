@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames
+from analyzers.frames import Frames, cover
 
 
 @dataclass
@@ -95,13 +95,11 @@ def _device_idle_during(frames: Frames, rank: int, calls: pd.DataFrame) -> int:
     """Time inside `calls` during which no kernel ran on the rank's devices."""
     if calls.empty:
         return 0
-    from analyzers.bubbles import _cover
-
     ops = frames.device_ops
     k = ops[(ops["rank"] == rank) & (ops["kind"].astype(str) == "kernel")]
     a = calls["ts"].to_numpy()
     b = a + calls["dur"].fillna(0).to_numpy()
-    busy = (_cover(k)(b) - _cover(k)(a)) if len(k) else 0
+    busy = cover(k).between(a, b) if len(k) else 0
     return int(((b - a) - busy).sum())
 
 

@@ -371,7 +371,7 @@ def match(findings: Sequence[Mapping[str, Any]], problems: Sequence[Mapping[str,
         else:
             claim_reason[c] = _closest(r for _, r in mine)
     problem_reason: dict[int, str] = {}
-    for p, prob in enumerate(problems):
+    for p in range(len(problems)):
         if p in taken:
             continue
         mine = [(c, r) for (c, pp), r in reasons.items() if pp == p]

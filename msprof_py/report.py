@@ -15,8 +15,8 @@ import pandas as pd
 
 from analyzers import Frames, Severity, run
 from analyzers.overview import overview
-from msprof_py.compare import cost_text
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
+from msprof_py.compare import cost_text
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
@@ -61,7 +61,7 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
     findings = [{**f.to_dict(), "cost_unit": f.cost_unit, "cost": f.cost} for f in ranked]
     shown = findings[:max(timelines, 0)]
     host = host_slices(frames) if shown else None
-    rows = step_breakdown(frames, result.metrics.get("bubbles"))
+    rows = step_breakdown(frames)
     rep = {
         "schema": 1,
         "source_format": trace.meta.source_format,

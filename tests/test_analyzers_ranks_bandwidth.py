@@ -47,7 +47,7 @@ def test_host_side_straggler_is_the_rank_the_others_wait_for():
     # early and wait in Notify_Wait (same corr as the collective); rank 2 arrives last and waits
     # only for its own compute (an EVENT_WAIT with another corr, which is no peer wait).
     rows, corr = [], 100
-    for k, t in enumerate((2 * MS, 4 * MS, 6 * MS)):
+    for t in (2 * MS, 4 * MS, 6 * MS):
         for rank, early in ((0, 1_000_000), (1, 600_000), (2, 0)):
             corr += 1
             rows.append({"rank": rank, "name": "fwd", "kind": "kernel", "ts": t - 1_500_000, "dur": 400_000,
