@@ -113,7 +113,8 @@ def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFram
     sites = [{"name": r.name, "bytes": int(r.bytes), "count": int(r.count), "first_ts": int(r.first_ts)}
              for r in mine.head(cfg.evidence).itertuples()]
     where = f" mostly from {sites[0]['name']!r} ({sites[0]['count']} x {sites[0]['bytes']} B)" if sites else ""
-    lost = int(slope * (len(values) - 1))
+    # Every step leaks, the first included: the live bytes at the first step's end already hold one.
+    lost = int(slope * len(values))
     sev = Severity.CRITICAL if slope * 100 > values.max() else Severity.WARNING
     return Finding(
         code="MEMORY_LEAK", severity=sev, title="Device memory grows every step",
