@@ -46,8 +46,8 @@ class Frames:
         t = self.trace.table.select(list(_COLUMNS))
         if self.window == "all":
             return t
-        codes, names = _dictionary_codes(t.column("kind"))
-        ph_codes, ph_names = _dictionary_codes(t.column("ph"))
+        codes, names = dictionary_codes(t.column("kind"))
+        ph_codes, ph_names = dictionary_codes(t.column("ph"))
         step_mask = _code_mask(codes, names, ("step",)) & _code_mask(ph_codes, ph_names, ("X",))
         if step_mask.sum() < 2:
             return t
@@ -69,7 +69,7 @@ class Frames:
 
     @cached_property
     def _kind_codes(self) -> tuple[np.ndarray, list[str]]:
-        return _dictionary_codes(self.table.column("kind"))
+        return dictionary_codes(self.table.column("kind"))
 
     def kind_mask(self, kinds: tuple[str, ...]) -> np.ndarray:
         """Rows of `table` whose kind is one of `kinds` (compared as dictionary codes)."""
@@ -89,7 +89,7 @@ class Frames:
     def device_ops(self) -> pd.DataFrame:
         """Kernels, copies, memsets and collectives that ran on a stream, sorted per stream by ts."""
         t = self.table
-        ph_codes, ph_names = _dictionary_codes(t.column("ph"))
+        ph_codes, ph_names = dictionary_codes(t.column("ph"))
         mask = (self.kind_mask(DEVICE_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
                 & _code_mask(ph_codes, ph_names, ("X",)))
         sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "value", "step"])
@@ -266,7 +266,7 @@ def cover(rows: pd.DataFrame) -> Cover:
     return Cover(ts, ts + rows["dur"].fillna(0).to_numpy(dtype=np.int64))
 
 
-def _dictionary_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+def dictionary_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     """A dictionary column's codes (null as -1) and its dictionary as a list."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)

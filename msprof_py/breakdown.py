@@ -129,7 +129,7 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
     is the finding's own (ts_ns, dur_ns) when that is a short stretch of the trace, else its
     most telling evidence event, else its costliest occurrence. At most `cap` events: those
     overlapping the highlighted window first, then the longest. None without any time."""
-    window = _finding_window(finding, frames.span)
+    window = finding_window(finding, frames.span)
     if window is None:
         return None
     h0, h1, rank, source = window
@@ -185,7 +185,9 @@ def host_slices(frames: Frames) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _finding_window(f: dict[str, Any], span: tuple[int, int]) -> tuple[int, int, Any, str] | None:
+def finding_window(f: dict[str, Any], span: tuple[int, int]) -> tuple[int, int, Any, str] | None:
+    """Where on the timeline a finding (as a report dict) is best seen: (start_ns, end_ns, rank,
+    what the window came from: 'finding', 'evidence' or 'occurrence'), or None if it has no time."""
     rank = f.get("rank")
     short = max((span[1] - span[0]) // 10, 1_000_000)
     if f.get("ts_ns") is not None and (f.get("dur_ns") or 0) <= short:

@@ -421,6 +421,24 @@ def demo(
     typer.echo(f"report:       {html}  (open it in a browser; it works offline)")
     typer.echo(f"timeline:     {timeline}  (open it in https://ui.perfetto.dev or chrome://tracing)")
     typer.echo(f"more:         {PROG} analyze {prof}")
+    typer.echo(f"dashboard:    {PROG} dashboard {prof}  (then open http://127.0.0.1:8050/)")
+
+
+@app.command("dashboard")
+def dashboard_cmd(
+    traces: Annotated[list[Path], typer.Argument(
+        metavar="TRACE_OR_PROF_DIR...", show_default=False,
+        help="Traces to show (JSON, Parquet table or PROF_* directory); several can be compared.")],
+    host: Annotated[str, typer.Option("--host", help="Address to bind; other machines can connect only if you "
+                                                     "give a non-loopback one.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8050,
+    debug: Annotated[bool, typer.Option("--debug", help="Dash debug mode (tracebacks in the browser): only for "
+                                                         "developing the dashboard itself.")] = False,
+) -> None:
+    """Serve the web dashboard: timeline, findings, problem lookup, memory, communication, compare."""
+    from dashboard.serve import serve
+
+    serve(traces, host=host, port=port, debug=debug)
 
 
 def _window(window: str) -> str:

@@ -48,13 +48,14 @@ def format_for(path: str | Path, fmt: str | None = None) -> str:
 
 
 def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
-          timelines: int = TIMELINES) -> dict[str, Any]:
+          timelines: int = TIMELINES, frames: Frames | None = None) -> dict[str, Any]:
     """Run the analyzers and collect everything a report shows: a plain dict that is strict
     JSON (no NaN or infinity: missing numbers are None). Findings are most costly first, each
     with `cost` in its `cost_unit` ("ns", "bytes" or "" for none); `breakdown` is the per-step
     time breakdown on the devices; `timelines` the evidence windows of the first `timelines`
-    findings (for the HTML report)."""
-    frames = Frames(trace, window=window)
+    findings (for the HTML report). `frames` reuses frames the caller already built over
+    `trace` (the dashboard keeps them for its own views)."""
+    frames = frames if frames is not None else Frames(trace, window=window)
     result = run(trace, names, frames=frames)
     summary = overview(frames, result)
     ranked = result.ranked()
@@ -197,7 +198,7 @@ def _charts(report: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"breakdown": None, "lost": None, "timelines": []}
     rows = report.get("breakdown") or []
     if rows:
-        out["breakdown"] = _Chart(_breakdown_figure(go, rows), "breakdown")
+        out["breakdown"] = _Chart(breakdown_figure(rows), "breakdown")
     lost = [(i, f) for i, f in enumerate(report["findings"], 1) if f.get("cost_unit") == "ns" and f.get("cost")]
     if lost:
         fig = go.Figure(go.Bar(x=[f["cost"] / 1e6 for _, f in lost], y=[f"{i}. {f['code']}" for i, f in lost],
@@ -223,7 +224,8 @@ _IDLE_COLOURS = ["#d62728", "#8c564b", "#bcbd22", "#17becf", "#e377c2", "#7f7f7f
                  "#c49c94", "#dbdb8d"]
 
 
-def _cause(c: str) -> str:
+def cause_label(c: str) -> str:
+    """How an idle cause reads for people ('host_launch' -> 'host-bound launch')."""
     return _CAUSE_LABELS.get(c, c.replace("_", " "))
 
 
@@ -232,7 +234,11 @@ def _step_label(r: dict[str, Any], many: bool) -> str:
     return f"r{r['rank']} d{r['device']} · {step}" if many else step
 
 
-def _breakdown_figure(go, rows: list[dict[str, Any]]):
+def breakdown_figure(rows: list[dict[str, Any]]):
+    """Stacked bars per step (and rank / device): compute, communication, copy, idle by cause (ms).
+    The HTML report and the dashboard's overview draw the same figure."""
+    import plotly.graph_objects as go
+
     many = len({(r["rank"], r["device"]) for r in rows}) > 1
     x = [_step_label(r, many) for r in rows]
     fig = go.Figure()
@@ -245,9 +251,9 @@ def _breakdown_figure(go, rows: list[dict[str, Any]]):
             causes[c] = causes.get(c, 0) + ns
     order = sorted(causes, key=lambda c: (c == UNCLASSIFIED, -causes[c]))
     for k, c in enumerate(order):
-        fig.add_bar(name=f"idle: {_cause(c)}", x=x, y=[(r.get("idle_by_cause") or {}).get(c, 0) / 1e6 for r in rows],
+        fig.add_bar(name=f"idle: {cause_label(c)}", x=x, y=[(r.get("idle_by_cause") or {}).get(c, 0) / 1e6 for r in rows],
                     marker_color="#cccccc" if c == UNCLASSIFIED else _IDLE_COLOURS[k % len(_IDLE_COLOURS)],
-                    hovertemplate=f"idle, {_cause(c)}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
+                    hovertemplate=f"idle, {cause_label(c)}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
     rest = [r["idle_ns"] - sum((r.get("idle_by_cause") or {}).values()) for r in rows]
     if any(v > 0 for v in rest):
         fig.add_bar(name="idle", x=x, y=[v / 1e6 for v in rest], marker_color="#cccccc",
@@ -291,7 +297,7 @@ _BREAKDOWN_HEAD = ("rank", "device", "step", "step ms", "compute ms", "communica
 
 
 def _breakdown_cells(r: dict[str, Any]) -> list[str]:
-    causes = ", ".join(f"{_cause(c)} {_ms(ns)}" for c, ns in (r.get("idle_by_cause") or {}).items()) or "-"
+    causes = ", ".join(f"{cause_label(c)} {_ms(ns)}" for c, ns in (r.get("idle_by_cause") or {}).items()) or "-"
     return [str(r["rank"]), str(r["device"]), "all" if r["step"] is None else str(r["step"]), _ms(r["step_ns"]),
             _ms(r["compute_ns"]), _ms(r["communication_ns"]), _ms(r["copy_ns"]), _ms(r["idle_ns"]), causes]
 
@@ -338,7 +344,7 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     causes = s.get("idle_by_cause") or {}
     if causes:
         for c, share in sorted(causes.items(), key=lambda kv: -(kv[1] or 0)):
-            rows.append((f"  idle: {_cause(c)}", _opt(share, lambda v: f"{v:.1%}"), "share of step time"))
+            rows.append((f"  idle: {cause_label(c)}", _opt(share, lambda v: f"{v:.1%}"), "share of step time"))
         rest = bubble if bubble is not None else s.get("idle_ratio")
         if rest is not None:
             left = rest - sum(v or 0 for v in causes.values())

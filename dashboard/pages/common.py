@@ -1,0 +1,133 @@
+"""What every page shares: the trace and rank selectors, error panels, URL parameters, numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from dash import Input, Output, State, ctx, dcc, html
+from dash.exceptions import PreventUpdate
+
+from dashboard.data import Entry, Store
+
+
+def error_panel(message: str) -> html.Div:
+    """The one-line reason something could not be shown (text only, never a traceback)."""
+    return html.Div([html.Strong("Cannot show this trace: "), html.Span(message)], className="error-panel",
+                    role="alert")
+
+
+def ranks_param(params: dict[str, Any], entry: Entry, default_all: bool = True) -> list[int] | None:
+    """The ranks a URL asks for (`rank=1,3`), None for all; unknown ranks are dropped.
+
+    Without `rank`, `default_all` picks all ranks; otherwise the first rank of a multi-rank trace."""
+    ranks = entry.dataset.ranks
+    raw = params.get("rank")
+    if raw in (None, "", "all"):
+        return None if default_all or len(ranks) <= 1 else ranks[:1]
+    try:
+        chosen = [int(r) for r in str(raw).split(",") if r != ""]
+    except ValueError:
+        return None
+    chosen = [r for r in chosen if r in ranks]
+    return chosen or None
+
+
+def int_param(params: dict[str, Any], key: str) -> int | None:
+    try:
+        return int(float(params[key]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def controls(store: Store, entry: Entry, params: dict[str, Any], *, ranks: list[int] | None = None,
+             show_ranks: bool = True) -> html.Div:
+    """The trace selector (when several traces are loaded) and the rank selector (multi-rank traces)."""
+    items = []
+    if len(store.entries) > 1:
+        items += [html.Label("trace", htmlFor="trace-select"),
+                  dcc.Dropdown(id="trace-select", value=entry.index, clearable=False, className="select",
+                               options=[{"label": e.label + ("" if e.dataset else " (unreadable)"), "value": e.index}
+                                        for e in store.entries])]
+    if show_ranks and entry.dataset is not None and len(entry.dataset.ranks) > 1:
+        items += [html.Label("ranks", htmlFor="rank-select"),
+                  dcc.Dropdown(id="rank-select", multi=True, value=ranks if ranks is not None else [],
+                               placeholder="all ranks", className="select wide",
+                               options=[{"label": f"rank {r}", "value": r} for r in entry.dataset.ranks])]
+    return html.Div(items, className="controls", id="controls")
+
+
+def query(**params: Any) -> str:
+    """A URL query string from the parameters that are not None."""
+    return "?" + urlencode({k: v for k, v in params.items() if v is not None and v != ""})
+
+
+def register(app, store: Store) -> None:
+    """Selector changes become a new URL for the current page (the page re-renders from it)."""
+
+    @app.callback(Output("url", "href", allow_duplicate=True),
+                  Input("trace-select", "value"), State("_pages_location", "pathname"),
+                  State("_pages_location", "search"), prevent_initial_call=True)
+    def _trace(value, path, search):
+        from urllib.parse import parse_qs
+
+        current = parse_qs((search or "").lstrip("?")).get("trace", ["0"])[0]
+        if value is None or ctx.triggered_id is None or str(value) == current:
+            raise PreventUpdate
+        return (path or "/") + query(trace=value)
+
+    @app.callback(Output("url", "href", allow_duplicate=True),
+                  Input("rank-select", "value"), State("_pages_location", "pathname"),
+                  State("_pages_location", "search"), prevent_initial_call=True)
+    def _rank(value, path, search):
+        from urllib.parse import parse_qs
+
+        q = {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}
+        new = ",".join(str(int(v)) for v in sorted(value or [])) or "all"
+        if q.get("rank", "all") == new:
+            raise PreventUpdate
+        keep = {k: q[k] for k in ("trace",) if k in q}
+        return (path or "/") + query(**keep, rank=new)
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration for people: 3 significant digits in the unit that fits."""
+    if ns is None:
+        return "-"
+    a = abs(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if a >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    a = abs(n)
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if a >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_cost(finding: dict[str, Any]) -> str:
+    unit = finding.get("cost_unit")
+    if unit == "ns":
+        return fmt_ns(finding.get("cost"))
+    if unit == "bytes":
+        return fmt_bytes(finding.get("cost"))
+    return "-"
+
+
+def where(f: dict[str, Any]) -> str:
+    parts = []
+    for key, label in (("rank", "r"), ("device", "dev "), ("stream", "stream ")):
+        if f.get(key) is not None:
+            parts.append(f"{label}{f[key]}")
+    return " ".join(parts) or "-"
+
+
+def metric_card(label: str, value: str, ident: str | None = None) -> html.Div:
+    return html.Div([html.Div(value, className="metric-value", **({"id": ident} if ident else {})),
+                     html.Div(label, className="metric-label")], className="metric")

@@ -1,0 +1,14 @@
+"""PLACEHOLDER: being written."""
+
+from dash import html
+
+PATH = "/memory"
+NAME = "Memory"
+
+
+def layout(store, entry, params):
+    return html.Div("todo")
+
+
+def register(app, store):
+    return None

@@ -1,0 +1,190 @@
+"""Timeline: lanes for host threads and each rank / device / stream, counter tracks under them.
+
+URL parameters: `trace`, `rank` (e.g. `1` or `0,3`), `t0` / `t1` (window, ns since the trace's
+clock origin), `finding` (index in the ranked findings: opens on its window with it highlighted),
+`sel` (a table row: that event is selected and its launch -> task flow drawn).
+
+Zoom (drag or scroll) and pan ask the server for the new window: a lane gets its real events when
+they fit the shape budget, its per-pixel occupancy otherwise (`dashboard.lod`). Double-click
+shows the whole trace again. Clicking an event selects it: its details appear under the plot and
+the flow to the device task it launched (or from the launch that created it) is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from dashboard.data import Dataset, Store
+from dashboard.figures import Highlight, timeline_figure
+from dashboard.pages import common
+from msprof_py.breakdown import finding_window
+
+PATH = "/timeline"
+NAME = "Timeline"
+#: Counter tracks shown first (the user picks others): matched on the series name.
+DEFAULT_COUNTERS = re.compile(r"memory (allocated|used)|queue depth|GB/s", re.IGNORECASE)
+MAX_DEFAULT_COUNTERS = 3
+GRAPH_CONFIG = {"scrollZoom": True, "displaylogo": False, "doubleClick": "reset",
+                "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
+
+
+def finding_highlight(ds: Dataset, index: int | None) -> tuple[Highlight | None, dict[str, Any] | None]:
+    if index is None or not 0 <= index < len(ds.findings):
+        return None, None
+    f = ds.findings[index]
+    w = finding_window(f, ds.span)
+    if w is None:
+        return None, f
+    occ = [(int(o["ts_ns"]), int(o["ts_ns"]) + int(o.get("dur_ns") or 0)) for o in f.get("occurrences") or []
+           if o.get("ts_ns") is not None and (w[2] is None or o.get("rank") in (None, w[2]))]
+    return Highlight(w[0], w[1], occ, label=f"#{index + 1} {f['code']}"), f
+
+
+def padded(a: int, b: int, span: tuple[int, int]) -> tuple[int, int]:
+    """A window around [a, b] with 15% room each side (at least 20 us), inside the trace."""
+    pad = max((b - a) * 0.15, 20_000)
+    return int(max(a - pad, span[0])), int(min(b + pad, span[1]))
+
+
+def layout(store: Store, entry, params: dict[str, Any]):
+    ds = entry.dataset
+    h, f = finding_highlight(ds, common.int_param(params, "finding"))
+    ranks = common.ranks_param(params, entry, default_all=False)
+    if "rank" not in params and f is not None:
+        w = finding_window(f, ds.span)
+        if w is not None and w[2] is not None and w[2] in ds.ranks:
+            ranks = [int(w[2])]
+    t0, t1 = common.int_param(params, "t0"), common.int_param(params, "t1")
+    if t0 is None or t1 is None or t1 <= t0:
+        t0, t1 = padded(h.start_ns, h.end_ns, ds.span) if h is not None else ds.span
+    keys = ds.counters.keys(ranks)
+    chosen = [k for k in keys if DEFAULT_COUNTERS.search(k[1])][:MAX_DEFAULT_COUNTERS]
+    selected = common.int_param(params, "sel")
+    fig = timeline_figure(ds, ranks, t0, t1, counters=chosen, highlight=h, selected=selected)
+    state = {"trace": entry.index, "ranks": ranks, "t0": t0, "t1": t1, "selected": selected,
+             "highlight": None if h is None else [h.start_ns, h.end_ns, h.occurrences, h.label]}
+    banner = []
+    if f is not None:
+        banner = [html.Div([html.Strong(f"#{common.int_param(params, 'finding') + 1} {f['code']}: "),
+                            html.Span(f["title"]), html.Span(f" · {common.where(f)} · costs {common.fmt_cost(f)}"),
+                            html.Div(f["lookup"]["remedy"] if f.get("lookup") else "", className="remedy")],
+                           className="finding-banner", id="tl-finding")]
+    return html.Div([
+        common.controls(store, entry, params, ranks=ranks),
+        *banner,
+        html.Div([
+            html.Label("counters", htmlFor="tl-counters"),
+            dcc.Dropdown(id="tl-counters", multi=True, value=[_key(k) for k in chosen], className="select wide",
+                         options=[{"label": f"r{k[0]} {k[1]}", "value": _key(k)} for k in keys],
+                         placeholder="no counter tracks"),
+            html.Button("Whole trace", id="tl-reset", className="button"),
+            html.Span(id="tl-info", className="hint", children=_info(fig)),
+        ], className="controls"),
+        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph"),
+        html.Div(_details(ds, selected), id="tl-details", className="details"),
+        dcc.Store(id="tl-state", data=state),
+    ])
+
+
+def _key(k: tuple[int, str]) -> str:
+    return json.dumps([k[0], k[1]])
+
+
+def _info(fig) -> str:
+    m = fig.layout.meta
+    return (f"{m['shapes']:,} shapes sent · {m['lanes_events']} lanes with events, "
+            f"{m['lanes_occupancy']} as occupancy")
+
+
+def _details(ds: Dataset, row: int | None):
+    if row is None:
+        return html.Span("Click an event to see its details and its launch → task flow.", className="hint")
+    index = ds.lanes
+    pos = index.position(row)
+    if pos is None:
+        return html.Span("The selected event is not on the timeline.", className="hint")
+    idx = np.array([pos])
+    lane = index.lane_at(pos)
+    fields = {"name": index.names(idx)[0], "kind": index.kinds(idx)[0], "lane": lane.label,
+              "start": f"{(index.ts[pos] - ds.span[0]) / 1e6:.6f} ms", "duration": common.fmt_ns(
+                  float(index.end[pos] - index.ts[pos]))}
+    for col in ("bytes", "corr", "step"):
+        v = index.column(col, idx)[0]
+        if v is not None:
+            fields[col] = f"{int(v):,}" if col == "bytes" else str(v)
+    linked = index.linked(pos)[1:]
+    if linked:
+        fields["linked"] = ", ".join(f"{index.names(np.array([p]))[0]} on {index.lane_at(p).label}" for p in linked)
+    args = index.column("args", idx)[0]
+    rows = [html.Tr([html.Th(k), html.Td(v)]) for k, v in fields.items()]
+    if args:
+        try:
+            args = json.dumps(json.loads(args), indent=1)
+        except ValueError:
+            pass
+        rows.append(html.Tr([html.Th("args"), html.Td(html.Pre(args))]))
+    return html.Table(rows, className="kv", id="tl-selected")
+
+
+def window_from_relayout(data: dict[str, Any] | None) -> tuple[float, float] | str | None:
+    """The x range (ms) a relayout asks for, 'reset' for autorange, None if it is not an x zoom."""
+    if not data:
+        return None
+    for key, value in data.items():
+        if re.fullmatch(r"xaxis\d*\.range", key) and isinstance(value, list) and len(value) == 2:
+            return float(value[0]), float(value[1])
+        m = re.fullmatch(r"(xaxis\d*)\.range\[0\]", key)
+        if m and f"{m.group(1)}.range[1]" in data:
+            return float(value), float(data[f"{m.group(1)}.range[1]"])
+        if re.fullmatch(r"xaxis\d*\.autorange", key) and value:
+            return "reset"
+    return None
+
+
+def register(app, store: Store) -> None:
+    @app.callback(Output("tl-graph", "figure"), Output("tl-state", "data"), Output("tl-details", "children"),
+                  Output("tl-info", "children"),
+                  Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"), Input("tl-counters", "value"),
+                  Input("tl-reset", "n_clicks"), State("tl-state", "data"), prevent_initial_call=True)
+    def _update(relayout, click, counters, _reset, state):
+        if not state:
+            raise PreventUpdate
+        entry = store.entry(state["trace"])
+        ds = entry.dataset
+        if ds is None:
+            raise PreventUpdate
+        origin = ds.span[0]
+        t0, t1 = state["t0"], state["t1"]
+        details = no_update
+        trig = ctx.triggered_id
+        if trig == "tl-graph" and ctx.triggered[0]["prop_id"].endswith("relayoutData"):
+            w = window_from_relayout(relayout)
+            if w is None:
+                raise PreventUpdate
+            if w == "reset":
+                t0, t1 = ds.span
+            else:
+                t0, t1 = int(origin + w[0] * 1e6), int(origin + w[1] * 1e6)
+                if t1 <= t0:
+                    raise PreventUpdate
+        elif trig == "tl-graph":
+            point = (click or {}).get("points", [{}])[0]
+            row = point.get("customdata")
+            if row is None:
+                raise PreventUpdate
+            state["selected"] = int(row)
+            details = _details(ds, int(row))
+        elif trig == "tl-reset":
+            t0, t1 = ds.span
+        state["t0"], state["t1"] = t0, t1
+        keys = [tuple(json.loads(v)) for v in counters or []]
+        hl = state.get("highlight")
+        h = Highlight(hl[0], hl[1], [tuple(o) for o in hl[2]], hl[3]) if hl else None
+        fig = timeline_figure(ds, state["ranks"], t0, t1, counters=keys, highlight=h, selected=state.get("selected"))
+        return fig, state, details, _info(fig)
