@@ -6,7 +6,8 @@ its URL alone (`/timeline?trace=0&rank=1&t0=...&t1=...&finding=3`), so a view ca
 bookmarked, and a finding's row links to the timeline at its window.
 
 Pages are Dash pages, one module each under `dashboard.pages`; each has `PATH`, `NAME`,
-`layout(store, entry, params)` and `register(app, store)` for its callbacks (callbacks are
+`layout(store, entry, params)` and `register(app, store)` for its callbacks, and may set
+`NEEDS_DATASET = False` when it handles an unreadable trace itself (compare picks two traces) (callbacks are
 registered on the app instance, so two apps in one process never share state).
 """
 
@@ -68,7 +69,7 @@ def _page(module) -> Callable[..., Any]:
     def layout(**params: Any):
         store = store_of_request()
         entry = store.entry(params.get("trace"))
-        if entry.dataset is None:
+        if entry.dataset is None and getattr(module, "NEEDS_DATASET", True):
             return html.Div([common.controls(store, entry, params), common.error_panel(entry.error or "no data")])
         try:
             return module.layout(store, entry, params)

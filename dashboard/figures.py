@@ -7,14 +7,13 @@ before it reaches plotly, whose labels understand a little HTML: a kernel named
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dashboard.lod import BUCKETS, MAX_SHAPES, LaneView
 
@@ -27,7 +26,11 @@ OTHER_COLOUR = "#7f7f7f"
 HIGHLIGHT = "rgba(214,39,40,0.85)"
 #: Lane row height in pixels, and the line width that draws a slice on it.
 LANE_PX, SLICE_PX = 22, 12
+#: Half a slice rectangle's height, in lanes.
+SLICE_HALF = 0.3
 COUNTER_PX = 110
+#: Views with at most this many events put the events' args in their hover text.
+HOVER_ARGS_EVENTS = 2_000
 #: Step markers drawn at most (more would be a grey wall).
 MAX_STEP_MARKERS = 200
 
@@ -56,97 +59,184 @@ class Highlight:
 
 def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: list[tuple[int, str]] = (),
                     highlight: Highlight | None = None, selected: int | None = None,
-                    budget: int = MAX_SHAPES, buckets: int = BUCKETS) -> go.Figure:
+                    budget: int = MAX_SHAPES, buckets: int = BUCKETS) -> dict[str, Any]:
     """Lanes of `ranks` (host threads, then device streams) over [t0, t1] ns, counter tracks under
     them, step markers, a finding's highlight and the selected event with its launch flow.
 
-    `layout.meta` tells what was sent: the window in ns, the shape count and how many lanes
-    show events or occupancy (the browser tests and the benchmark read it)."""
+    The figure is a plain dict (plotly's JSON form), not a `go.Figure`: validating tens of
+    thousands of values per zoom would cost more than computing them. `layout.meta` tells what
+    was sent: the window in ns, the shapes (slices sent + occupancy cells), the rectangles drawn
+    after merging slices closer than a pixel, and how many lanes show events or occupancy."""
     index = ds.lanes
     origin = ds.span[0]
     lanes = index.lanes_of(ranks)
     views = index.window(lanes, t0, t1, budget=budget, buckets=buckets)
     counters = [k for k in counters if k in ds.counters.series]
-    rows = 1 + len(counters)
-    lane_h = max(LANE_PX * len(lanes), 120)
-    heights = [lane_h] + [COUNTER_PX] * len(counters)
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=min(0.04, 24 / sum(heights)),
-                        row_heights=[h / sum(heights) for h in heights])
-    shapes = _slices(fig, index, views, origin)
-    shapes += _occupancy(fig, views, origin)
+    fig = _Figure(max(LANE_PX * len(lanes), 120), len(counters))
+    shapes, drawn = _slices(fig, index, views, origin, (t1 - t0) / 1e6 / buckets)
+    cells = _occupancy(fig, views, origin)
+    shapes, drawn = shapes + cells, drawn + cells
     _steps(fig, ds, ranks, t0, t1, origin, len(lanes))
     if selected is not None:
         _selected(fig, index, lanes, selected, origin)
     for k, key in enumerate(counters):
         x, y = ds.counters.window(key, t0, t1, n_out=2 * buckets)
-        fig.add_trace(go.Scattergl(x=(x - origin) / 1e6, y=y, mode="lines", line_shape="hv", name=text(key[1], 80),
-                                   line=dict(width=1.5), showlegend=False,
-                                   hovertemplate="%{y:,.4~g}<extra>" + text(f"r{key[0]} {key[1]}", 80) + "</extra>"),
-                      row=2 + k, col=1)
-        fig.update_yaxes(title_text=text(_short_counter(key), 40), title_font_size=10, row=2 + k, col=1,
-                         fixedrange=True, rangemode="tozero")
+        fig.add({"type": "scatter", "x": (x - origin) / 1e6, "y": y, "mode": "lines", "line": {"width": 1.5,
+                 "shape": "hv"}, "name": text(key[1], 80), "showlegend": False, "meta": "counter",
+                 "hovertemplate": "%{y:,.4~g}<extra>" + text(f"r{key[0]} {key[1]}", 80) + "</extra>"}, row=2 + k)
+        fig.yaxis(2 + k).update(title={"text": text(f"r{key[0]} {key[1]}", 40), "font": {"size": 10}},
+                                fixedrange=True, rangemode="tozero")
     if highlight is not None:
         _highlight(fig, highlight, origin)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=[text(ln.label, 60) for ln in lanes],
-                     range=[len(lanes) - 0.5, -0.5], fixedrange=True, showgrid=False, zeroline=False,
-                     automargin=True, row=1, col=1)
-    fig.update_xaxes(range=[ms(t0, origin), ms(t1, origin)], showspikes=False)
-    fig.update_xaxes(title_text="time since trace start (ms)", row=rows, col=1)
+    fig.yaxis(1).update(tickmode="array", tickvals=list(range(len(lanes))),
+                        ticktext=[text(ln.label, 60) for ln in lanes], range=[len(lanes) - 0.5, -0.5],
+                        fixedrange=True, showgrid=False, zeroline=False, automargin=True)
     n_events = sum(1 for v in views if v.events is not None)
-    fig.update_layout(
-        template="plotly_white", height=sum(heights) + 90, margin=dict(l=10, r=10, t=30, b=50),
-        dragmode="zoom", hovermode="closest", showlegend=True, uirevision=None,
-        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-        meta={"window_ns": [int(t0), int(t1)], "shapes": int(shapes), "lanes_events": n_events,
-              "lanes_occupancy": len(views) - n_events, "budget": budget},
-    )
-    return fig
+    fig.layout.update(meta={"window_ns": [int(t0), int(t1)], "shapes": int(shapes), "drawn": int(drawn),
+                            "lanes_events": n_events,
+                            "lanes_occupancy": len(views) - n_events, "budget": budget})
+    return fig.done([ms(t0, origin), ms(t1, origin)])
 
 
-def _slices(fig: go.Figure, index, views: list[LaneView], origin: int) -> int:
-    """One WebGL line trace per kind: each slice a thick segment; hover points at their middles."""
+class _Figure:
+    """A figure as plotly JSON: the lanes' plot on top, one counter track per row under it, one
+    shared x axis (the bottom one carries the tick labels)."""
+
+    GAP_PX = 18
+
+    def __init__(self, lanes_px: int, counters: int) -> None:
+        self.rows = 1 + counters
+        heights = [lanes_px] + [COUNTER_PX] * counters
+        total = sum(heights) + self.GAP_PX * counters
+        self.data: list[dict[str, Any]] = []
+        self.shapes: list[dict[str, Any]] = []
+        self.annotations: list[dict[str, Any]] = []
+        self.layout: dict[str, Any] = {
+            "template": _template(), "height": total + 90, "margin": {"l": 10, "r": 10, "t": 30, "b": 50},
+            "dragmode": "zoom", "hovermode": "closest", "showlegend": True,
+            "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
+        }
+        top = 1.0
+        for r, h in enumerate(heights, start=1):
+            bottom = max(top - h / total, 0.0)
+            self.layout[self._axis("x", r)] = {"anchor": self._ref("y", r), "domain": [0, 1], "showspikes": False,
+                                               **({} if r == 1 else {"matches": "x"}),
+                                               "showticklabels": r == self.rows}
+            self.layout[self._axis("y", r)] = {"anchor": self._ref("x", r), "domain": [round(bottom, 6),
+                                                                                       round(top, 6)]}
+            top = bottom - self.GAP_PX / total
+        self.layout[self._axis("x", self.rows)]["title"] = {"text": "time since trace start (ms)"}
+
+    @staticmethod
+    def _axis(letter: str, row: int) -> str:
+        return f"{letter}axis" if row == 1 else f"{letter}axis{row}"
+
+    @staticmethod
+    def _ref(letter: str, row: int) -> str:
+        return letter if row == 1 else f"{letter}{row}"
+
+    def yaxis(self, row: int) -> dict[str, Any]:
+        return self.layout[self._axis("y", row)]
+
+    def add(self, trace: dict[str, Any], row: int = 1) -> None:
+        trace["xaxis"], trace["yaxis"] = self._ref("x", row), self._ref("y", row)
+        self.data.append(trace)
+
+    def done(self, x_range: list[float]) -> dict[str, Any]:
+        for r in range(1, self.rows + 1):
+            self.layout[self._axis("x", r)]["range"] = x_range
+        self.layout["shapes"], self.layout["annotations"] = self.shapes, self.annotations
+        return {"data": self.data, "layout": self.layout}
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> dict[str, Any]:
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _slices(fig: _Figure, index, views: list[LaneView], origin: int, px_ms: float) -> tuple[int, int]:
+    """Per kind, one filled-polygon trace drawing the slices as rectangles, and one invisible line
+    (width 0) through the slices' middles carrying their hover text and table rows (plotly finds
+    the hovered point by a spatial search, so hover costs no element per slice).
+
+    Slices of a lane closer than a pixel (`px_ms`) are drawn as one rectangle, as Perfetto does:
+    it looks the same and costs the browser a tenth of the drawing, while hover and click still
+    tell each slice apart. SVG, not WebGL: WebGL costs a context and shader compiles per view,
+    seconds on software-rendered browsers (headless, remote desktops, VMs).
+
+    Returns (slices sent, rectangles drawn)."""
     pos = [(v.events, y) for y, v in enumerate(views) if v.events is not None and len(v.events)]
     if not pos:
-        return 0
+        return 0, 0
     idx = np.concatenate([p for p, _ in pos])
     lane_y = np.concatenate([np.full(len(p), y, np.float64) for p, y in pos])
     kinds = index.kind[idx]
-    total = 0
+    with_args = len(idx) <= HOVER_ARGS_EVENTS
+    sent = drawn = 0
     for code in np.unique(kinds).tolist():
         sel = kinds == code
         e, y = idx[sel], lane_y[sel]
         kind = index.kind_names[code]
         colour = KIND_COLOURS.get(kind, OTHER_COLOUR)
         a, b = ms(index.ts[e], origin), ms(index.end[e], origin)
-        xs = np.column_stack([a, b, np.full(len(e), np.nan)]).ravel()
-        ys = np.column_stack([y, y, np.full(len(e), np.nan)]).ravel()
-        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line=dict(width=SLICE_PX, color=colour), name=kind,
-                                   legendgroup=kind, hoverinfo="skip", connectgaps=False), row=1, col=1)
-        fig.add_trace(go.Scattergl(x=(a + b) / 2, y=y, mode="markers", name=kind, legendgroup=kind, showlegend=False,
-                                   marker=dict(size=SLICE_PX, color="rgba(0,0,0,0)", symbol="square"),
-                                   customdata=index.row[e], hovertext=_hover(index, e, kind),
-                                   hoverinfo="text", hoverlabel=dict(bgcolor=colour)), row=1, col=1)
-        total += len(e)
-    return total
+        ra, rb, ry = merge_runs(a, b, y, px_ms)
+        rb = np.maximum(rb, ra + px_ms / 2)
+        nan = np.full(len(ra), np.nan)
+        fig.add({"type": "scatter", "x": np.column_stack([ra, rb, rb, ra, nan]).ravel(),
+                 "y": np.column_stack([ry - SLICE_HALF, ry - SLICE_HALF, ry + SLICE_HALF, ry + SLICE_HALF,
+                                       nan]).ravel(),
+                 "mode": "lines", "fill": "toself", "fillcolor": colour, "line": {"width": 0, "color": colour},
+                 "name": kind, "legendgroup": kind, "hoverinfo": "skip", "meta": "slices"})
+        order = np.lexsort(((a + b) / 2, y))
+        fig.add({"type": "scatter", "x": ((a + b) / 2)[order], "y": y[order], "mode": "lines", "name": kind,
+                 "legendgroup": kind, "showlegend": False, "line": {"width": 0, "color": colour},
+                 "hovertext": _hover(index, e[order], kind, with_args), "hoverinfo": "text",
+                 "customdata": index.row[e[order]], "hoverlabel": {"bgcolor": colour}, "meta": "hover"})
+        sent += len(e)
+        drawn += len(ra)
+    return sent, drawn
 
 
-def _hover(index, e: np.ndarray, kind: str) -> list[str]:
+def merge_runs(a: np.ndarray, b: np.ndarray, lane: np.ndarray, gap: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals [a, b) on lanes, with those of a lane less than `gap` apart merged into one run:
+    (run starts, run ends, run lanes), sorted by lane then start."""
+    if len(a) == 0:
+        return a, b, lane
+    order = np.lexsort((a, lane))
+    a, b, lane = a[order], b[order], lane[order]
+    # Offsetting each lane past the previous one's values lets one running maximum serve all lanes.
+    width = float(max(b.max(), a.max()) - min(a.min(), b.min())) + 2 * gap + 1.0
+    shift = lane * width
+    reach = np.maximum.accumulate(b + shift)
+    new = np.ones(len(a), bool)
+    new[1:] = (lane[1:] != lane[:-1]) | (a[1:] + shift[1:] - reach[:-1] >= gap)
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], len(a)] - 1
+    return a[starts], reach[ends] - shift[ends], lane[starts]
+
+
+def _hover(index, e: np.ndarray, kind: str, with_args: bool) -> list[str]:
+    """Name, kind, duration and bytes; the first args too when the view is zoomed in far enough
+    that their text is a small part of what is sent (`with_args`). Clicking shows all args."""
     names = index.names(e)
     dur = (index.end[e] - index.ts[e]) / 1e3
     nbytes = index.column("bytes", e)
-    args = index.column("args", e)
+    args = index.column("args", e) if with_args else [None] * len(e)
     out = []
     for n, d, b, a in zip(names, dur.tolist(), nbytes, args):
-        line = f"<b>{text(n, 120)}</b><br>{kind} · {d:,.3f} us"
+        line = f"<b>{text(n, 100)}</b><br>{kind} · {d:,.3f} us"
         if b is not None:
             line += f" · {int(b):,} B"
         if a:
-            line += "<br>" + "<br>".join(text(part, 100) for part in _arg_lines(a))
+            line += "<br>" + "<br>".join(text(part, 60) for part in _arg_lines(a))
         out.append(line)
     return out
 
 
-def _arg_lines(args: str, limit: int = 6) -> list[str]:
+def _arg_lines(args: str, limit: int = 3) -> list[str]:
     try:
         d = json.loads(args)
     except ValueError:
@@ -159,28 +249,31 @@ def _arg_lines(args: str, limit: int = 6) -> list[str]:
     return items
 
 
-def _occupancy(fig: go.Figure, views: list[LaneView], origin: int) -> int:
-    """Lanes too busy to draw event by event: one heatmap row each, shaded by the share of each
-    pixel bucket their events cover."""
+def _occupancy(fig: _Figure, views: list[LaneView], origin: int) -> int:
+    """Lanes too busy to draw event by event, as one heatmap: a row per lane (empty for lanes that
+    show events), shaded by the share of each pixel bucket their events cover."""
+    busy = [v for v in views if v.events is None]
+    if not busy:
+        return 0
+    n = len(busy[0].busy)
+    edges = busy[0].edges
+    z = np.full((len(views), n), np.nan)
+    counts = np.zeros((len(views), n), np.int64)
     total = 0
-    first = True
     for y, v in enumerate(views):
-        if v.events is not None:
-            continue
-        drawn = v.drawn
-        mid = ms((v.edges[:-1] + v.edges[1:]) / 2, origin)
-        z = np.where(drawn, np.maximum(v.busy, 0.04), np.nan)
-        hover = [f"{text(v.lane.label, 60)}<br>{b:.0%} busy · {c:,} events" if d else ""
-                 for b, c, d in zip(v.busy.tolist(), v.counts.tolist(), drawn.tolist())]
-        fig.add_trace(go.Heatmap(x=mid, y=[y], z=[z], zmin=0, zmax=1, showscale=False, xgap=0,
-                                 colorscale=[[0, "#c6dbef"], [1, "#08306b"]], hoverinfo="text", hovertext=[hover],
-                                 name="occupancy", legendgroup="occupancy", showlegend=first), row=1, col=1)
-        first = False
-        total += int(np.count_nonzero(drawn))
+        if v.events is None:
+            drawn = v.drawn
+            z[y] = np.where(drawn, np.maximum(v.busy, 0.04), np.nan)
+            counts[y] = v.counts
+            total += int(np.count_nonzero(drawn))
+    fig.add({"type": "heatmap", "x": ms((edges[:-1] + edges[1:]) / 2, origin), "y": np.arange(len(views)), "z": z,
+             "customdata": counts, "zmin": 0, "zmax": 1, "showscale": False, "name": "occupancy",
+             "colorscale": [[0, "#c6dbef"], [1, "#08306b"]], "showlegend": True, "meta": "occupancy",
+             "hovertemplate": "%{z:.0%} busy · %{customdata:,} events<extra>occupancy</extra>"})
     return total
 
 
-def _steps(fig: go.Figure, ds, ranks, t0: int, t1: int, origin: int, n_lanes: int) -> None:
+def _steps(fig: _Figure, ds, ranks, t0: int, t1: int, origin: int, n_lanes: int) -> None:
     steps = ds.frames.steps
     if steps.empty:
         return
@@ -194,13 +287,14 @@ def _steps(fig: go.Figure, ds, ranks, t0: int, t1: int, origin: int, n_lanes: in
     xs = np.column_stack([x, x, np.full(len(x), np.nan)]).ravel()
     ys = np.tile([-0.5, n_lanes - 0.5, np.nan], len(x))
     label = [text(n, 40) for n in s["name"].astype(str)]
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color="#444", width=1, dash="dot"), name="step",
-                             hoverinfo="skip"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=x, y=np.full(len(x), -0.5), mode="text", text=label, textposition="bottom right",
-                             textfont=dict(size=9, color="#444"), showlegend=False, hoverinfo="skip"), row=1, col=1)
+    fig.add({"type": "scatter", "x": xs, "y": ys, "mode": "lines", "line": {"color": "#444", "width": 1,
+             "dash": "dot"}, "name": "step", "hoverinfo": "skip", "meta": "steps"})
+    fig.add({"type": "scatter", "x": x, "y": np.full(len(x), -0.5), "mode": "text", "text": label,
+             "textposition": "bottom right", "textfont": {"size": 9, "color": "#444"}, "showlegend": False,
+             "hoverinfo": "skip", "meta": "steps"})
 
 
-def _selected(fig: go.Figure, index, lanes, row: int, origin: int) -> None:
+def _selected(fig: _Figure, index, lanes, row: int, origin: int) -> None:
     """Outline the selected event and draw its launch -> task flow (events sharing its corr)."""
     pos = index.position(row)
     if pos is None:
@@ -214,27 +308,29 @@ def _selected(fig: go.Figure, index, lanes, row: int, origin: int) -> None:
         y = y_of[lane.id]
         a, b = ms(index.ts[p], origin), ms(index.end[p], origin)
         pts.append((lane.device_side, a, b, y))
-        fig.add_trace(go.Scatter(x=[a, b], y=[y, y], mode="lines", line=dict(color=HIGHLIGHT, width=SLICE_PX + 6),
-                                 opacity=0.5, name="selected", showlegend=False, hoverinfo="skip"), row=1, col=1)
+        fig.add({"type": "scatter", "x": [a, b], "y": [y, y], "mode": "lines", "opacity": 0.5, "name": "selected",
+                 "line": {"color": HIGHLIGHT, "width": SLICE_PX + 6}, "showlegend": False, "hoverinfo": "skip",
+                 "meta": "selected"})
     host = [p for p in pts if not p[0]]
     dev = [p for p in pts if p[0]]
     for h in host:
         for d in dev:
-            fig.add_annotation(x=d[1], y=d[3], ax=h[2], ay=h[3], xref="x", yref="y", axref="x", ayref="y",
-                               showarrow=True, arrowhead=3, arrowwidth=1.5, arrowcolor=HIGHLIGHT, text="")
+            fig.annotations.append({"x": d[1], "y": d[3], "ax": h[2], "ay": h[3], "xref": "x", "yref": "y",
+                                    "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3, "arrowwidth": 1.5,
+                                    "arrowcolor": HIGHLIGHT, "text": "", "name": "flow"})
 
 
-def _highlight(fig: go.Figure, h: Highlight, origin: int) -> None:
-    style = dict(xref="x", yref="paper", y0=0, y1=1, layer="below")
+def _highlight(fig: _Figure, h: Highlight, origin: int) -> None:
+    style = {"xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below", "type": "rect"}
     for a, b in h.occurrences[:50]:
-        fig.add_shape(type="rect", x0=ms(a, origin), x1=ms(max(b, a + 1), origin),
-                      fillcolor="rgba(214,39,40,0.10)", line=dict(width=0), **style)
-    fig.add_shape(type="rect", x0=ms(h.start_ns, origin), x1=ms(max(h.end_ns, h.start_ns + 1), origin),
-                  fillcolor="rgba(214,39,40,0.08)", line=dict(color=HIGHLIGHT, width=1.5, dash="dot"), **style)
+        fig.shapes.append({"x0": ms(a, origin), "x1": ms(max(b, a + 1), origin), "fillcolor": "rgba(214,39,40,0.10)",
+                           "line": {"width": 0}, **style})
+    fig.shapes.append({"x0": ms(h.start_ns, origin), "x1": ms(max(h.end_ns, h.start_ns + 1), origin),
+                       "fillcolor": "rgba(214,39,40,0.08)", "line": {"color": HIGHLIGHT, "width": 1.5, "dash": "dot"},
+                       "name": "finding", **style})
     if h.label:
-        fig.add_annotation(x=ms(h.start_ns, origin), y=1, xref="x", yref="paper", yanchor="bottom", xanchor="left",
-                           text=text(h.label, 80), showarrow=False, font=dict(color=HIGHLIGHT, size=11))
+        fig.annotations.append({"x": ms(h.start_ns, origin), "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
+                                "xanchor": "left", "text": text(h.label, 80), "showarrow": False,
+                                "font": {"color": HIGHLIGHT, "size": 11}})
 
 
-def _short_counter(key: tuple[int, str]) -> str:
-    return f"r{key[0]} {key[1]}"

@@ -5,13 +5,15 @@ into lanes (a host thread, or a rank / device / stream) and keeps each lane's `t
 sorted NumPy arrays, so the events of a zoom window are two binary searches per lane. For each
 lane of the window, `LaneIndex.window` decides:
 
-- *events*: the lane has few enough events in the window to draw each one;
+- *events*: the lane has few enough events in the window to draw each one (within its share of
+  the budget, and at most `LANE_EVENTS`: more would be thinner than a pixel on average);
 - *occupancy*: otherwise the window is cut into pixel buckets and the lane sends, per bucket,
   the share of time covered by its events and how many start there (computed from the lane's
   merged intervals with prefix sums: a search per bucket edge, never a scan of the events).
 
 The shape budget is shared by water-filling: lanes are visited from the emptiest, each may take
-an equal share of what is left, and what a quiet lane does not use goes to the busy ones.
+an equal share of what is left, and what a quiet lane does not use goes to the busy ones; the
+lanes shown as occupancy then share what is left equally (the same buckets for all of them).
 
 `CounterIndex` does the same for counter tracks: each series sorted once, cut to the window by
 binary search, and reduced to about two points per pixel with MinMax-LTTB (tsdownsample), which
@@ -33,6 +35,9 @@ from analyzers.frames import DEVICE_KINDS, Cover, dictionary_codes
 MAX_SHAPES = 20_000
 #: Pixel buckets across the timeline (about the plot's width in pixels).
 BUCKETS = 1_000
+#: Most events one lane draws one by one; above that its events are thinner than a pixel on
+#: average and the lane shows occupancy instead.
+LANE_EVENTS = BUCKETS
 #: Kinds that are not slices on a lane.
 _NOT_SLICES = ("meta", "counter", "flow", "step")
 
@@ -151,20 +156,23 @@ class LaneIndex:
         """Each lane's view of [t0, t1] within `budget` shapes in all (see the module docstring)."""
         t1 = max(t1, t0 + 1)
         found = {ln.id: self.in_window(ln, t0, t1) for ln in lanes}
-        views: dict[int, LaneView] = {}
+        shown: dict[int, np.ndarray] = {}
         left, todo = budget, len(lanes)
         for ln in sorted(lanes, key=lambda ln: len(found[ln.id])):
             share = left // max(todo, 1)
             idx = found[ln.id]
-            if len(idx) <= share:
-                views[ln.id] = LaneView(ln, events=idx)
+            if len(idx) <= min(share, LANE_EVENTS):
+                shown[ln.id] = idx
                 left -= len(idx)
             else:
-                n = max(min(buckets, share), 1)
-                views[ln.id] = self._occupancy(ln, t0, t1, n)
-                left -= n
+                left -= max(min(buckets, share), 1)
             todo -= 1
-        return [views[ln.id] for ln in lanes]
+        # Every occupancy lane gets the same buckets (one heatmap draws them all), within what the
+        # lanes drawn event by event left of the budget.
+        busy = len(lanes) - len(shown)
+        n = max(min(buckets, (budget - sum(len(v) for v in shown.values())) // max(busy, 1)), 1)
+        return [LaneView(ln, events=shown[ln.id]) if ln.id in shown else self._occupancy(ln, t0, t1, n)
+                for ln in lanes]
 
     def _occupancy(self, lane: Lane, t0: int, t1: int, n: int) -> LaneView:
         edges = np.linspace(t0, t1, n + 1).astype(np.int64)

@@ -23,7 +23,9 @@ def ranks_param(params: dict[str, Any], entry: Entry, default_all: bool = True) 
     Without `rank`, `default_all` picks all ranks; otherwise the first rank of a multi-rank trace."""
     ranks = entry.dataset.ranks
     raw = params.get("rank")
-    if raw in (None, "", "all"):
+    if raw == "all":
+        return None
+    if raw in (None, ""):
         return None if default_all or len(ranks) <= 1 else ranks[:1]
     try:
         chosen = [int(r) for r in str(raw).split(",") if r != ""]
@@ -53,7 +55,9 @@ def controls(store: Store, entry: Entry, params: dict[str, Any], *, ranks: list[
         items += [html.Label("ranks", htmlFor="rank-select"),
                   dcc.Dropdown(id="rank-select", multi=True, value=ranks if ranks is not None else [],
                                placeholder="all ranks", className="select wide",
-                               options=[{"label": f"rank {r}", "value": r} for r in entry.dataset.ranks])]
+                               options=[{"label": f"rank {r}", "value": r} for r in entry.dataset.ranks]),
+                  # What the page shows now: a dropdown echoing its value on mount is no change.
+                  dcc.Store(id="rank-shown", data=ranks if ranks is not None else [])]
     return html.Div(items, className="controls", id="controls")
 
 
@@ -77,15 +81,15 @@ def register(app, store: Store) -> None:
         return (path or "/") + query(trace=value)
 
     @app.callback(Output("url", "href", allow_duplicate=True),
-                  Input("rank-select", "value"), State("_pages_location", "pathname"),
+                  Input("rank-select", "value"), State("rank-shown", "data"), State("_pages_location", "pathname"),
                   State("_pages_location", "search"), prevent_initial_call=True)
-    def _rank(value, path, search):
+    def _rank(value, shown, path, search):
         from urllib.parse import parse_qs
 
+        if sorted(value or []) == sorted(shown or []):
+            raise PreventUpdate
         q = {k: v[0] for k, v in parse_qs((search or "").lstrip("?")).items()}
         new = ",".join(str(int(v)) for v in sorted(value or [])) or "all"
-        if q.get("rank", "all") == new:
-            raise PreventUpdate
         keep = {k: q[k] for k in ("trace",) if k in q}
         return (path or "/") + query(**keep, rank=new)
 

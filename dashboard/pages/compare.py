@@ -22,6 +22,8 @@ from dashboard.pages import common
 from msprof_py.compare import compare, cost_text
 
 PATH = "/compare"
+#: The page picks its two traces itself and shows an unreadable one as an error panel.
+NEEDS_DATASET = False
 NAME = "Compare"
 ONE_TRACE = "Start the dashboard with two traces to compare them: msprof-py dashboard BASE NEW"
 GOOD, BAD = "#2e7d32", "#c62828"

@@ -86,9 +86,11 @@ def layout(store: Store, entry, params: dict[str, Any]):
             html.Button("Whole trace", id="tl-reset", className="button"),
             html.Span(id="tl-info", className="hint", children=_info(fig)),
         ], className="controls"),
-        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph"),
+        # Not responsive: a resize observer re-plots the graph after every zoom (an extra full draw).
+        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph", responsive=False),
         html.Div(_details(ds, selected), id="tl-details", className="details"),
         dcc.Store(id="tl-state", data=state),
+        dcc.Store(id="tl-window"),
     ])
 
 
@@ -97,7 +99,7 @@ def _key(k: tuple[int, str]) -> str:
 
 
 def _info(fig) -> str:
-    m = fig.layout.meta
+    m = fig["layout"]["meta"]
     return (f"{m['shapes']:,} shapes sent · {m['lanes_events']} lanes with events, "
             f"{m['lanes_occupancy']} as occupancy")
 
@@ -132,56 +134,61 @@ def _details(ds: Dataset, row: int | None):
     return html.Table(rows, className="kv", id="tl-selected")
 
 
-def window_from_relayout(data: dict[str, Any] | None) -> tuple[float, float] | str | None:
-    """The x range (ms) a relayout asks for, 'reset' for autorange, None if it is not an x zoom."""
-    if not data:
-        return None
-    for key, value in data.items():
-        if re.fullmatch(r"xaxis\d*\.range", key) and isinstance(value, list) and len(value) == 2:
-            return float(value[0]), float(value[1])
-        m = re.fullmatch(r"(xaxis\d*)\.range\[0\]", key)
-        if m and f"{m.group(1)}.range[1]" in data:
-            return float(value), float(data[f"{m.group(1)}.range[1]"])
-        if re.fullmatch(r"xaxis\d*\.autorange", key) and value:
-            return "reset"
-    return None
+#: Turns the graph's relayout events into the x window asked for, in the browser: only a zoom,
+#: pan or reset reaches the server. Other relayouts (autosize on resize, hover settings) must not,
+#: since a newer request for the same callback makes Dash drop the answer to an older one -- the
+#: zoom would be lost.
+WINDOW_JS = """
+function(relayout, resetClicks) {
+    const trig = dash_clientside.callback_context.triggered.map(t => t.prop_id);
+    if (trig.some(p => p.startsWith('tl-reset'))) { return {reset: Date.now()}; }
+    if (!relayout) { return dash_clientside.no_update; }
+    for (const [k, v] of Object.entries(relayout)) {
+        let m = k.match(/^(xaxis\\d*)\\.range$/);
+        if (m && Array.isArray(v) && v.length === 2) { return {range: [Number(v[0]), Number(v[1])]}; }
+        m = k.match(/^(xaxis\\d*)\\.range\\[0\\]$/);
+        if (m && relayout[m[1] + '.range[1]'] !== undefined) {
+            return {range: [Number(v), Number(relayout[m[1] + '.range[1]'])]};
+        }
+        if (/^xaxis\\d*\\.autorange$/.test(k) && v) { return {reset: Date.now()}; }
+    }
+    return dash_clientside.no_update;
+}
+"""
 
 
 def register(app, store: Store) -> None:
+    app.clientside_callback(WINDOW_JS, Output("tl-window", "data"), Input("tl-graph", "relayoutData"),
+                            Input("tl-reset", "n_clicks"), prevent_initial_call=True)
+
     @app.callback(Output("tl-graph", "figure"), Output("tl-state", "data"), Output("tl-details", "children"),
                   Output("tl-info", "children"),
-                  Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"), Input("tl-counters", "value"),
-                  Input("tl-reset", "n_clicks"), State("tl-state", "data"), prevent_initial_call=True)
-    def _update(relayout, click, counters, _reset, state):
+                  Input("tl-window", "data"), Input("tl-graph", "clickData"), Input("tl-counters", "value"),
+                  State("tl-state", "data"), prevent_initial_call=True)
+    def _update(window, click, counters, state):
         if not state:
             raise PreventUpdate
-        entry = store.entry(state["trace"])
-        ds = entry.dataset
+        ds = store.entry(state["trace"]).dataset
         if ds is None:
             raise PreventUpdate
-        origin = ds.span[0]
         t0, t1 = state["t0"], state["t1"]
         details = no_update
         trig = ctx.triggered_id
-        if trig == "tl-graph" and ctx.triggered[0]["prop_id"].endswith("relayoutData"):
-            w = window_from_relayout(relayout)
-            if w is None:
-                raise PreventUpdate
-            if w == "reset":
-                t0, t1 = ds.span
-            else:
-                t0, t1 = int(origin + w[0] * 1e6), int(origin + w[1] * 1e6)
+        if trig == "tl-window":
+            if window and window.get("range"):
+                a, b = window["range"]
+                t0, t1 = int(ds.span[0] + a * 1e6), int(ds.span[0] + b * 1e6)
                 if t1 <= t0:
                     raise PreventUpdate
+            else:
+                t0, t1 = ds.span
         elif trig == "tl-graph":
             point = (click or {}).get("points", [{}])[0]
             row = point.get("customdata")
-            if row is None:
+            if row is None or int(row) < 0:
                 raise PreventUpdate
             state["selected"] = int(row)
             details = _details(ds, int(row))
-        elif trig == "tl-reset":
-            t0, t1 = ds.span
         state["t0"], state["t1"] = t0, t1
         keys = [tuple(json.loads(v)) for v in counters or []]
         hl = state.get("highlight")
