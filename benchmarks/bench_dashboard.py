@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         t.add_column(col, justify="left" if col == "measure" else "right")
     t.add_row("start-up (load, analyse, index)", f"{startup:.2f} s", "", "", "", "")
     for view, times in first.items():
-        hit = min(times) <= FIRST_DRAW_TARGET_S
+        hit = max(times) <= FIRST_DRAW_TARGET_S  # the first, cold load included
         ok &= hit
         t.add_row(f"first drawn timeline, {view}", f"{min(times):.2f} s", f"{statistics.median(times):.2f} s",
                   f"{max(times):.2f} s", f"<= {FIRST_DRAW_TARGET_S:g} s", "PASS" if hit else "MISS")

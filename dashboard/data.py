@@ -99,6 +99,8 @@ class Entry:
 @dataclass
 class Store:
     entries: list[Entry] = field(default_factory=list)
+    #: Most shapes one timeline view sends to the browser (see dashboard.lod).
+    max_shapes: int = 20_000
 
     @classmethod
     def open(cls, paths: list[str | Path], progress: Progress | None = None) -> "Store":

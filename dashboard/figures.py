@@ -214,8 +214,7 @@ def merge_runs(a: np.ndarray, b: np.ndarray, lane: np.ndarray, gap: float
     new = np.ones(len(a), bool)
     new[1:] = (lane[1:] != lane[:-1]) | (a[1:] + shift[1:] - reach[:-1] >= gap)
     starts = np.flatnonzero(new)
-    ends = np.r_[starts[1:], len(a)] - 1
-    return a[starts], reach[ends] - shift[ends], lane[starts]
+    return a[starts], np.maximum.reduceat(b, starts), lane[starts]
 
 
 def _hover(index, e: np.ndarray, kind: str, with_args: bool) -> list[str]:

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from analyzers.frames import DEVICE_KINDS, Cover, dictionary_codes
 
-#: Most shapes (event rectangles + non-empty occupancy buckets) one timeline view may hold.
+#: Most shapes (slices + non-empty occupancy buckets) one timeline view may hold by default.
 MAX_SHAPES = 20_000
 #: Pixel buckets across the timeline (about the plot's width in pixels).
 BUCKETS = 1_000

@@ -34,5 +34,9 @@ def pytest_setup_options():
     options.binary_location = binary
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return options
+
+
+def console_errors(duo) -> list[dict]:
+    """The browser console's errors (level SEVERE) since the page was opened."""
+    return [e for e in duo.get_logs() if e["level"] == "SEVERE"]

@@ -273,7 +273,8 @@ def test_demo_prints_findings_and_writes_the_report(tmp_path: Path) -> None:
     assert (prof / "report.html").is_file() and "report.html" in (prof / "README.txt").read_text()
     for text in ("MEMORY_LEAK", "BUBBLE_DATA", str(prof / "report.html"), "ui.perfetto.dev", f"analyze {prof}"):
         assert text in result.stdout
-    assert "dashboard" not in result.stdout
+    # It ends with the command that opens this run in the dashboard.
+    assert f"dashboard:    msprof-py dashboard {prof}  (then open http://127.0.0.1:8050/)" in result.stdout
     analyzed = runner.invoke(app, ["analyze", str(prof), "--json"])
     assert analyzed.exit_code == 0
     assert "MEMORY_LEAK" in {f["code"] for f in json.loads(analyzed.stdout)["findings"]}

@@ -100,17 +100,19 @@ def fmt_ns(ns: float | None) -> str:
         return "-"
     a = abs(ns)
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if a >= scale:
+        if float(f"{a / scale:.3g}") >= 1:
             return f"{ns / scale:.3g} {unit}"
     return f"{ns:.0f} ns"
 
 
 def fmt_bytes(n: float | None) -> str:
+    """Bytes for people: 3 significant digits in binary units (1048575.99 B is '1 MiB', not
+    '1.02e+03 KiB': the unit is picked after rounding)."""
     if n is None:
         return "-"
     a = abs(n)
     for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if a >= scale:
+        if float(f"{a / scale:.3g}") >= 1:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.0f} B"
 

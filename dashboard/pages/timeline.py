@@ -66,7 +66,8 @@ def layout(store: Store, entry, params: dict[str, Any]):
     keys = ds.counters.keys(ranks)
     chosen = [k for k in keys if DEFAULT_COUNTERS.search(k[1])][:MAX_DEFAULT_COUNTERS]
     selected = common.int_param(params, "sel")
-    fig = timeline_figure(ds, ranks, t0, t1, counters=chosen, highlight=h, selected=selected)
+    fig = timeline_figure(ds, ranks, t0, t1, counters=chosen, highlight=h, selected=selected,
+                          budget=store.max_shapes)
     state = {"trace": entry.index, "ranks": ranks, "t0": t0, "t1": t1, "selected": selected,
              "highlight": None if h is None else [h.start_ns, h.end_ns, h.occurrences, h.label]}
     banner = []
@@ -86,8 +87,7 @@ def layout(store: Store, entry, params: dict[str, Any]):
             html.Button("Whole trace", id="tl-reset", className="button"),
             html.Span(id="tl-info", className="hint", children=_info(fig)),
         ], className="controls"),
-        # Not responsive: a resize observer re-plots the graph after every zoom (an extra full draw).
-        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph", responsive=False),
+        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph"),
         html.Div(_details(ds, selected), id="tl-details", className="details"),
         dcc.Store(id="tl-state", data=state),
         dcc.Store(id="tl-window"),
@@ -193,5 +193,6 @@ def register(app, store: Store) -> None:
         keys = [tuple(json.loads(v)) for v in counters or []]
         hl = state.get("highlight")
         h = Highlight(hl[0], hl[1], [tuple(o) for o in hl[2]], hl[3]) if hl else None
-        fig = timeline_figure(ds, state["ranks"], t0, t1, counters=keys, highlight=h, selected=state.get("selected"))
+        fig = timeline_figure(ds, state["ranks"], t0, t1, counters=keys, highlight=h, selected=state.get("selected"),
+                              budget=store.max_shapes)
         return fig, state, details, _info(fig)
