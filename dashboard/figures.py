@@ -57,11 +57,27 @@ class Highlight:
     label: str = ""
 
 
+@dataclass
+class Marker:
+    """A finding on the findings lane: its index in the ranked findings, window (ns), severity."""
+
+    index: int
+    start_ns: int
+    end_ns: int
+    severity: str
+    label: str
+
+
+SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
+
+
 def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: list[tuple[int, str]] = (),
                     highlight: Highlight | None = None, selected: int | None = None,
-                    budget: int = MAX_SHAPES, buckets: int = BUCKETS) -> dict[str, Any]:
+                    findings: list[Marker] = (), budget: int = MAX_SHAPES, buckets: int = BUCKETS
+                    ) -> dict[str, Any]:
     """Lanes of `ranks` (host threads, then device streams) over [t0, t1] ns, counter tracks under
-    them, step markers, a finding's highlight and the selected event with its launch flow.
+    them, step markers, a finding's highlight and the selected event with its launch flow. With
+    `findings`, a lane above the others shows each finding's window (click one to open it).
 
     The figure is a plain dict (plotly's JSON form), not a `go.Figure`: validating tens of
     thousands of values per zoom would cost more than computing them. `layout.meta` tells what
@@ -70,12 +86,14 @@ def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: 
     index = ds.lanes
     origin = ds.span[0]
     lanes = index.lanes_of(ranks)
-    views = index.window(lanes, t0, t1, budget=budget, buckets=buckets)
+    findings = [m for m in findings if m.start_ns <= t1 and m.end_ns >= t0]
+    views = index.window(lanes, t0, t1, budget=max(budget - len(findings), 0), buckets=buckets)
     counters = [k for k in counters if k in ds.counters.series]
     fig = _Figure(max(LANE_PX * len(lanes), 120), len(counters))
     shapes, drawn = _slices(fig, index, views, origin, (t1 - t0) / 1e6 / buckets)
     cells = _occupancy(fig, views, origin)
-    shapes, drawn = shapes + cells, drawn + cells
+    marks = _findings_lane(fig, findings, t0, t1, origin)
+    shapes, drawn = shapes + cells + marks, drawn + cells + marks
     _steps(fig, ds, ranks, t0, t1, origin, len(lanes))
     if selected is not None:
         _selected(fig, index, lanes, selected, origin)
@@ -88,8 +106,10 @@ def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: 
                                 fixedrange=True, rangemode="tozero")
     if highlight is not None:
         _highlight(fig, highlight, origin)
-    fig.yaxis(1).update(tickmode="array", tickvals=list(range(len(lanes))),
-                        ticktext=[text(ln.label, 60) for ln in lanes], range=[len(lanes) - 0.5, -0.5],
+    top = -1 if findings else 0
+    fig.yaxis(1).update(tickmode="array", tickvals=list(range(top, len(lanes))),
+                        ticktext=["findings"] * (top < 0) + [text(ln.label, 60) for ln in lanes],
+                        range=[len(lanes) - 0.5, top - 0.5],
                         fixedrange=True, showgrid=False, zeroline=False, automargin=True)
     n_events = sum(1 for v in views if v.events is not None)
     fig.layout.update(meta={"window_ns": [int(t0), int(t1)], "shapes": int(shapes), "drawn": int(drawn),
@@ -157,9 +177,9 @@ def _template() -> dict[str, Any]:
 
 
 def _slices(fig: _Figure, index, views: list[LaneView], origin: int, px_ms: float) -> tuple[int, int]:
-    """Per kind, one filled-polygon trace drawing the slices as rectangles, and one invisible line
-    (width 0) through the slices' middles carrying their hover text and table rows (plotly finds
-    the hovered point by a spatial search, so hover costs no element per slice).
+    """Per kind, one filled-polygon trace drawing the slices as rectangles, and one trace that draws
+    nothing (mode 'none') with a point at each slice's middle carrying its hover text and table
+    row (plotly finds the hovered point by a spatial search, so hover costs no element per slice).
 
     Slices of a lane closer than a pixel (`px_ms`) are drawn as one rectangle, as Perfetto does:
     it looks the same and costs the browser a tenth of the drawing, while hover and click still
@@ -190,7 +210,7 @@ def _slices(fig: _Figure, index, views: list[LaneView], origin: int, px_ms: floa
                  "mode": "lines", "fill": "toself", "fillcolor": colour, "line": {"width": 0, "color": colour},
                  "name": kind, "legendgroup": kind, "hoverinfo": "skip", "meta": "slices"})
         order = np.lexsort(((a + b) / 2, y))
-        fig.add({"type": "scatter", "x": ((a + b) / 2)[order], "y": y[order], "mode": "lines", "name": kind,
+        fig.add({"type": "scatter", "x": ((a + b) / 2)[order], "y": y[order], "mode": "none", "name": kind,
                  "legendgroup": kind, "showlegend": False, "line": {"width": 0, "color": colour},
                  "hovertext": _hover(index, e[order], kind, with_args), "hoverinfo": "text",
                  "customdata": index.row[e[order]], "hoverlabel": {"bgcolor": colour}, "meta": "hover"})
@@ -246,6 +266,32 @@ def _arg_lines(args: str, limit: int = 3) -> list[str]:
     if len(d) > limit:
         items.append(f"… {len(d) - limit} more")
     return items
+
+
+def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin: int) -> int:
+    """The findings lane (y = -1): a bar per finding over its window, coloured by severity."""
+    shown = [m for m in markers if m.start_ns <= t1 and m.end_ns >= t0]
+    px = (t1 - t0) / 1e6 / BUCKETS
+    for sev in ("info", "warning", "critical"):
+        ms_ = [m for m in shown if m.severity == sev]
+        if not ms_:
+            continue
+        a = np.array([ms(m.start_ns, origin) for m in ms_])
+        b = np.maximum(np.array([ms(m.end_ns, origin) for m in ms_]), a + px)
+        nan = np.full(len(a), np.nan)
+        colour = SEVERITY_COLOURS[sev]
+        fig.add({"type": "scatter", "x": np.column_stack([a, b, b, a, nan]).ravel(),
+                 "y": np.tile([-1.3, -1.3, -0.7, -0.7, np.nan], len(a)), "mode": "lines", "fill": "toself",
+                 "fillcolor": colour, "opacity": 0.75, "line": {"width": 0, "color": colour},
+                 "name": f"{sev} finding", "legendgroup": f"finding-{sev}", "hoverinfo": "skip", "meta": "findings"})
+        # Hover at the middle of each bar's visible part.
+        lo, hi = np.maximum(a, ms(t0, origin)), np.minimum(b, ms(t1, origin))
+        fig.add({"type": "scatter", "x": (lo + hi) / 2, "y": np.full(len(a), -1.0), "mode": "none",
+                 "name": "findings", "legendgroup": f"finding-{sev}", "showlegend": False,
+                 "hovertext": [text(m.label, 160) + "<br>click to open it" for m in ms_], "hoverinfo": "text",
+                 "customdata": [["finding", m.index] for m in ms_], "hoverlabel": {"bgcolor": colour},
+                 "meta": "hover"})
+    return len(shown)
 
 
 def _occupancy(fig: _Figure, views: list[LaneView], origin: int) -> int:

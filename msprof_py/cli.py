@@ -420,8 +420,9 @@ def demo(
     typer.echo(f"profile data: {prof}  (README.txt lists every file)")
     typer.echo(f"report:       {html}  (open it in a browser; it works offline)")
     typer.echo(f"timeline:     {timeline}  (open it in https://ui.perfetto.dev or chrome://tracing)")
-    typer.echo(f"more:         {PROG} analyze {prof}")
-    typer.echo(f"dashboard:    {PROG} dashboard {prof}  (then open http://127.0.0.1:8050/)")
+    me = _self_command()
+    typer.echo(f"more:         {me} analyze {prof}")
+    typer.echo(f"dashboard:    {me} dashboard {prof}  (then open http://127.0.0.1:8050/)")
 
 
 @app.command("dashboard")
@@ -439,6 +440,22 @@ def dashboard_cmd(
     from dashboard.serve import serve
 
     serve(traces, host=host, port=port, debug=debug)
+
+
+def _self_command() -> str:
+    """How to run this command again: `msprof-py` when that name finds this program on PATH,
+    else the path it was started by (`.venv/bin/msprof-py` from a venv that is not activated)."""
+    import os
+    import shutil
+    import sys
+
+    started = sys.argv[0]
+    if os.path.basename(started) != PROG:
+        return PROG
+    found = shutil.which(PROG)
+    if found and os.path.realpath(found) == os.path.realpath(started):
+        return PROG
+    return started
 
 
 def _window(window: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import console_errors
 from typer.testing import CliRunner
 
 from dashboard.app import create_app
@@ -25,7 +26,6 @@ from dashboard.figures import merge_runs, timeline_figure
 from dashboard.lod import LaneIndex
 from msprof_py.cli import app as cli
 from msprof_py.trace import import_bytes
-from conftest import console_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces" / "emulated"
@@ -207,13 +207,28 @@ def test_it_serves_on_loopback_with_debug_off(tmp_path):
                 break
         assert f"dashboard: http://127.0.0.1:{port}/  (Ctrl+C stops it)\n" in lines
         assert any("Debug mode: off" in ln for ln in lines)
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/timeline") as resp:
-            assert resp.status == 200 and b"msprof-py dashboard" in resp.read()
+        assert wait_for_page(proc, f"http://127.0.0.1:{port}/timeline").startswith(b"<!DOCTYPE html>")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def wait_for_page(proc: subprocess.Popen, url: str, timeout: float = 30.0) -> bytes:
+    """The page's body once the server answers (it binds its socket just after its banner)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url) as resp:
+                assert resp.status == 200
+                return resp.read()
+        except urllib.error.URLError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 # ------------------------------------------------------------------ in the browser
@@ -279,6 +294,29 @@ def test_clicking_a_finding_opens_the_timeline_on_its_window(dash_duo, store):
     assert console_errors(dash_duo) == []
 
 
+def test_the_findings_lane_shows_every_finding_and_opens_one(dash_duo, store):
+    ds = store.entries[1].dataset  # resnet50-infer-leak: one rank, so every finding is on it
+    dash_duo.start_server(create_app(store))
+    dash_duo.wait_for_page(f"{dash_duo.server_url}/timeline?trace=1")
+    st = wait_plot(dash_duo, lambda s: True)
+    marks = dash_duo.driver.execute_script(
+        "const gd = document.querySelector('#tl-graph .js-plotly-plot');"
+        "return gd.data.filter(t => t.name === 'findings').flatMap(t => t.customdata.map(c => c[1]));")
+    assert sorted(marks) == list(range(len(ds.findings)))
+    last = len(ds.findings) - 1
+    dash_duo.driver.execute_script("""
+        const gd = document.querySelector('#tl-graph .js-plotly-plot');
+        const c = gd.data.findIndex(t => t.name === 'findings' && t.customdata.some(d => d[1] === arguments[0]));
+        const p = gd.data[c].customdata.findIndex(d => d[1] === arguments[0]);
+        gd.emit('plotly_click', {points: [{curveNumber: c, pointNumber: p, x: gd.data[c].x[p], y: -1,
+                                            customdata: gd.data[c].customdata[p], data: gd.data[c],
+                                            fullData: gd._fullData[c]}]});""", last)
+    dash_duo.wait_for_contains_text("#tl-finding", f"#{last + 1} {ds.findings[last]['code']}:", timeout=20)
+    assert f"finding={last}" in dash_duo.driver.current_url
+    assert st["meta"]["shapes"] >= len(ds.findings)
+    assert console_errors(dash_duo) == []
+
+
 def test_zooming_keeps_the_shapes_under_the_limit(dash_duo):
     s = Store.open([BERT])
     s.max_shapes = 2_000
@@ -294,7 +332,7 @@ def test_zooming_keeps_the_shapes_under_the_limit(dash_duo):
             "Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'), {'xaxis.range': arguments[0]});",
             [mid - quarter, mid + quarter])
         before = st["meta"]["window_ns"]
-        st = wait_plot(dash_duo, lambda s: s["meta"]["window_ns"] != before)
+        st = wait_plot(dash_duo, lambda s, before=before: s["meta"]["window_ns"] != before)
         sent = sum(t["n"] + t["cells"] for t in st["data"])
         assert sent == st["meta"]["shapes"] <= 2_000
     assert st["meta"]["window_ns"][1] - st["meta"]["window_ns"][0] < (first[1] - first[0]) / 100
@@ -331,11 +369,16 @@ def test_hostile_names_render_literally(dash_duo, tmp_path):
     wait_plot(dash_duo, lambda s: True)
     ticks = [t.text for t in dash_duo.driver.find_elements("css selector", "#tl-graph .ytick text")]
     assert f"r0 {BOLD} (1)" in ticks
-    # Hover the kernel: the label shows the name as characters.
+    # Move the mouse over the kernel (as the browser reports it to plotly): the label shows the
+    # name as characters.
     dash_duo.driver.execute_script("""
-        const gd = document.querySelector('#tl-graph .js-plotly-plot');
+        const gd = document.querySelector('#tl-graph .js-plotly-plot'), fl = gd._fullLayout;
         const c = gd.data.findIndex(t => t.meta === 'hover' && t.name === 'kernel');
-        Plotly.Fx.hover(gd, [{curveNumber: c, pointNumber: 0}]);""")
+        const r = gd.getBoundingClientRect();
+        const x = r.left + fl.xaxis._offset + fl.xaxis.l2p(gd.data[c].x[0]);
+        const y = r.top + fl.yaxis._offset + fl.yaxis.l2p(gd.data[c].y[0]);
+        gd.querySelector('.nsewdrag').dispatchEvent(new MouseEvent('mousemove', {clientX: x, clientY: y,
+                                                                                 bubbles: true}));""")
     dash_duo.wait_for_contains_text("#tl-graph .hoverlayer", XSS, timeout=20)
     assert dash_duo.driver.execute_script("return document.querySelectorAll('img').length") == 0
     assert dash_duo.driver.execute_script("return document.querySelectorAll('#tl-graph b').length") == 0
@@ -357,3 +400,48 @@ def test_a_corrupt_trace_shows_an_error_panel_not_a_traceback(dash_duo, tmp_path
     dash_duo.wait_for_element("#ov-span", timeout=20)
     assert re.search(r"\d", dash_duo.find_element("#ov-span").text)
     assert console_errors(dash_duo) == []
+
+
+# ------------------------------------------------------------------ real traces
+
+def test_every_page_draws_every_real_trace(real_traces):
+    """Each page's layout on each real trace (Kineto CUDA / ROCm / NCCL, torch_npu): no error
+    panel, and a whole-trace timeline within the shape budget."""
+    import dash
+
+    paths = sorted((real_traces / "kineto").glob("*.json.gz")) + [real_traces / "ascend" / "torch_npu_trace_view.json.gz"]
+    s = Store.open(paths)
+    app = create_app(s)
+    layouts = {p["path"]: p["layout"] for p in dash.page_registry.values()}
+    assert set(layouts) == set(PAGES)
+    for entry in s.entries:
+        assert entry.error is None, entry.error
+        with app.server.test_request_context("/"):
+            for path, layout in layouts.items():
+                tree = str(layout(trace=str(entry.index)))
+                assert "error-panel" not in tree, (entry.label, path)
+        ds = entry.dataset
+        fig = timeline_figure(ds, None, *ds.span)
+        assert shapes_in(fig) == fig["layout"]["meta"]["shapes"] <= 20_000
+        assert fig["layout"]["meta"]["lanes_events"] + fig["layout"]["meta"]["lanes_occupancy"] == len(ds.lanes.lanes)
+
+
+def test_compare_draws_both_breakdowns_on_one_scale(store):
+    from dashboard.pages import compare
+
+    tree = compare.layout(store, store.entries[0], {"base": "0", "new": "1"})
+    graphs = {}
+
+    def walk(node):
+        if getattr(node, "id", None) in ("compare-breakdown-base", "compare-breakdown-new"):
+            graphs[node.id] = node.figure
+        children = getattr(node, "children", None)
+        for child in children if isinstance(children, (list, tuple)) else [children]:
+            if child is not None and not isinstance(child, (str, int, float)):
+                walk(child)
+
+    walk(tree)
+    assert set(graphs) == {"compare-breakdown-base", "compare-breakdown-new"}
+    longest = max(r["step_ns"] for e in store.entries for r in e.dataset.report["breakdown"]) / 1e6
+    assert graphs["compare-breakdown-base"].layout.yaxis.range == graphs["compare-breakdown-new"].layout.yaxis.range
+    assert graphs["compare-breakdown-base"].layout.yaxis.range[1] == pytest.approx(longest * 1.05)

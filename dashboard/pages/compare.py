@@ -1,4 +1,5 @@
-"""Compare: two loaded traces side by side, as `msprof-py compare` prints them.
+"""Compare: two loaded traces side by side, as `msprof-py diff` prints them, and their per-step
+breakdowns next to each other on one scale.
 
 `msprof_py.compare.compare(base, new)` gives the summary metrics before and after with their
 relative change (coloured by whether it is an improvement) and, per finding code and cost unit,
@@ -20,6 +21,7 @@ from dash.exceptions import PreventUpdate
 from dashboard.data import Entry, Store
 from dashboard.pages import common
 from msprof_py.compare import compare, cost_text
+from msprof_py.report import breakdown_figure
 
 PATH = "/compare"
 #: The page picks its two traces itself and shows an unreadable one as an error panel.
@@ -126,8 +128,30 @@ def layout(store: Store, entry: Entry, params: dict[str, Any]):
         metrics_table(diff, base, new),
         html.H3("Findings by code (cost: time in ms, memory in MiB)"),
         findings_table(diff, base, new),
+        *side_by_side(base, new),
     ]
     return html.Div(parts)
+
+
+def side_by_side(base: Entry, new: Entry) -> list[Any]:
+    """Both traces' per-step breakdowns (compute / communication / copy / idle by cause), next to
+    each other with the same y scale, so a step that got shorter looks shorter."""
+    rows = [e.dataset.report["breakdown"] for e in (base, new)]
+    if not any(rows):
+        return []
+    top = max((r["step_ns"] for rs in rows for r in rs), default=0) / 1e6 * 1.05
+    graphs = []
+    for side, entry, rs in (("base", base, rows[0]), ("new", new, rows[1])):
+        if not rs:
+            graphs.append(html.Div(html.P(f"{entry.label}: no device work, no breakdown.", className="hint"),
+                                   style={"flex": "1"}))
+            continue
+        fig = breakdown_figure(rs)
+        fig.update_layout(title=f"{side}: {entry.label}", yaxis_range=[0, top], height=380, showlegend=side == "new")
+        graphs.append(html.Div(dcc.Graph(id=f"compare-breakdown-{side}", figure=fig, config={"displaylogo": False}),
+                               style={"flex": "1", "minWidth": "0"}))
+    return [html.H3("Time per step on the device (ms), same scale"),
+            html.Div(graphs, style={"display": "flex", "gap": "1em"})]
 
 
 def compare_href(store: Store, base: Any, new: Any, search: str | None) -> str | None:

@@ -21,7 +21,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dashboard.data import Dataset, Store
-from dashboard.figures import Highlight, timeline_figure
+from dashboard.figures import Highlight, Marker, timeline_figure
 from dashboard.pages import common
 from msprof_py.breakdown import finding_window
 
@@ -46,6 +46,18 @@ def finding_highlight(ds: Dataset, index: int | None) -> tuple[Highlight | None,
     return Highlight(w[0], w[1], occ, label=f"#{index + 1} {f['code']}"), f
 
 
+def markers(ds: Dataset, ranks: list[int] | None) -> list[Marker]:
+    """The findings of these ranks (and those that name no rank) for the findings lane."""
+    out = []
+    for i, f in enumerate(ds.findings):
+        w = finding_window(f, ds.span)
+        if w is None or (ranks is not None and w[2] is not None and w[2] not in ranks):
+            continue
+        out.append(Marker(i, w[0], w[1], f["severity"], f"#{i + 1} {f['code']}: {f['title']} · {common.where(f)}"
+                                                         f" · costs {common.fmt_cost(f)}"))
+    return out
+
+
 def padded(a: int, b: int, span: tuple[int, int]) -> tuple[int, int]:
     """A window around [a, b] with 15% room each side (at least 20 us), inside the trace."""
     pad = max((b - a) * 0.15, 20_000)
@@ -67,7 +79,7 @@ def layout(store: Store, entry, params: dict[str, Any]):
     chosen = [k for k in keys if DEFAULT_COUNTERS.search(k[1])][:MAX_DEFAULT_COUNTERS]
     selected = common.int_param(params, "sel")
     fig = timeline_figure(ds, ranks, t0, t1, counters=chosen, highlight=h, selected=selected,
-                          budget=store.max_shapes)
+                          findings=markers(ds, ranks), budget=store.max_shapes)
     state = {"trace": entry.index, "ranks": ranks, "t0": t0, "t1": t1, "selected": selected,
              "highlight": None if h is None else [h.start_ns, h.end_ns, h.occurrences, h.label]}
     banner = []
@@ -158,6 +170,15 @@ function(relayout, resetClicks) {
 
 
 def register(app, store: Store) -> None:
+    @app.callback(Output("url", "href", allow_duplicate=True), Input("tl-graph", "clickData"),
+                  State("tl-state", "data"), prevent_initial_call=True)
+    def _open_finding(click, state):
+        point = (click or {}).get("points", [{}])[0]
+        mark = point.get("customdata")
+        if not (isinstance(mark, list) and len(mark) == 2 and mark[0] == "finding") or not state:
+            raise PreventUpdate
+        return PATH + common.query(trace=state["trace"], finding=int(mark[1]))
+
     app.clientside_callback(WINDOW_JS, Output("tl-window", "data"), Input("tl-graph", "relayoutData"),
                             Input("tl-reset", "n_clicks"), prevent_initial_call=True)
 
@@ -185,8 +206,8 @@ def register(app, store: Store) -> None:
         elif trig == "tl-graph":
             point = (click or {}).get("points", [{}])[0]
             row = point.get("customdata")
-            if row is None or int(row) < 0:
-                raise PreventUpdate
+            if row is None or isinstance(row, list) or int(row) < 0:
+                raise PreventUpdate  # a finding's bar opens it (`_open_finding`)
             state["selected"] = int(row)
             details = _details(ds, int(row))
         state["t0"], state["t1"] = t0, t1
@@ -194,5 +215,5 @@ def register(app, store: Store) -> None:
         hl = state.get("highlight")
         h = Highlight(hl[0], hl[1], [tuple(o) for o in hl[2]], hl[3]) if hl else None
         fig = timeline_figure(ds, state["ranks"], t0, t1, counters=keys, highlight=h, selected=state.get("selected"),
-                              budget=store.max_shapes)
+                              findings=markers(ds, state["ranks"]), budget=store.max_shapes)
         return fig, state, details, _info(fig)
