@@ -69,6 +69,8 @@ class Marker:
 
 
 SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
+#: Rows the findings lane packs overlapping findings into (more overlap on the last row).
+FINDING_ROWS = 4
 
 
 def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: list[tuple[int, str]] = (),
@@ -269,8 +271,22 @@ def _arg_lines(args: str, limit: int = 3) -> list[str]:
 
 
 def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin: int) -> int:
-    """The findings lane (y = -1): a bar per finding over its window, coloured by severity."""
-    shown = [m for m in markers if m.start_ns <= t1 and m.end_ns >= t0]
+    """The findings lane (around y = -1): a bar per finding over its window, coloured by severity;
+    findings whose windows overlap get rows of their own (up to `FINDING_ROWS`)."""
+    shown = sorted((m for m in markers if m.start_ns <= t1 and m.end_ns >= t0), key=lambda m: (m.start_ns, -m.end_ns))
+    if not shown:
+        return 0
+    ends: list[int] = []
+    row_of = {}
+    for m in shown:
+        free = next((r for r, e in enumerate(ends) if e <= m.start_ns), None)
+        if free is None:
+            free = min(len(ends), FINDING_ROWS - 1)
+            if free == len(ends):
+                ends.append(m.end_ns)
+        ends[free] = max(m.end_ns, ends[free]) if free < len(ends) else m.end_ns
+        row_of[m.index] = free
+    height = 0.9 / len(ends)
     px = (t1 - t0) / 1e6 / BUCKETS
     for sev in ("info", "warning", "critical"):
         ms_ = [m for m in shown if m.severity == sev]
@@ -278,15 +294,17 @@ def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin
             continue
         a = np.array([ms(m.start_ns, origin) for m in ms_])
         b = np.maximum(np.array([ms(m.end_ns, origin) for m in ms_]), a + px)
+        top = np.array([-1.45 + row_of[m.index] * height for m in ms_])
+        bottom = top + height * 0.85
         nan = np.full(len(a), np.nan)
         colour = SEVERITY_COLOURS[sev]
         fig.add({"type": "scatter", "x": np.column_stack([a, b, b, a, nan]).ravel(),
-                 "y": np.tile([-1.3, -1.3, -0.7, -0.7, np.nan], len(a)), "mode": "lines", "fill": "toself",
+                 "y": np.column_stack([top, top, bottom, bottom, nan]).ravel(), "mode": "lines", "fill": "toself",
                  "fillcolor": colour, "opacity": 0.75, "line": {"width": 0, "color": colour},
                  "name": f"{sev} finding", "legendgroup": f"finding-{sev}", "hoverinfo": "skip", "meta": "findings"})
         # Hover at the middle of each bar's visible part.
         lo, hi = np.maximum(a, ms(t0, origin)), np.minimum(b, ms(t1, origin))
-        fig.add({"type": "scatter", "x": (lo + hi) / 2, "y": np.full(len(a), -1.0), "mode": "none",
+        fig.add({"type": "scatter", "x": (lo + hi) / 2, "y": (top + bottom) / 2, "mode": "none",
                  "name": "findings", "legendgroup": f"finding-{sev}", "showlegend": False,
                  "hovertext": [text(m.label, 160) + "<br>click to open it" for m in ms_], "hoverinfo": "text",
                  "customdata": [["finding", m.index] for m in ms_], "hoverlabel": {"bgcolor": colour},
