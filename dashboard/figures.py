@@ -55,6 +55,9 @@ class Highlight:
     end_ns: int
     occurrences: list[tuple[int, int]] = field(default_factory=list)
     label: str = ""
+    #: The finding's evidence references (dicts with ts / dur and corr, or name): outlined on
+    #: the lane they name.
+    evidence: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +72,8 @@ class Marker:
 
 
 SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef6c00", "info": "#1565c0"}
+#: Evidence items outlined at most per finding.
+MAX_EVIDENCE = 50
 #: Rows the findings lane packs overlapping findings into (more overlap on the last row).
 FINDING_ROWS = 4
 
@@ -89,12 +94,13 @@ def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: 
     origin = ds.span[0]
     lanes = index.lanes_of(ranks)
     findings = [m for m in findings if m.start_ns <= t1 and m.end_ns >= t0]
-    views = index.window(lanes, t0, t1, budget=max(budget - len(findings), 0), buckets=buckets)
+    evidence = _evidence_boxes(index, lanes, highlight.evidence if highlight else [], t0, t1)
+    views = index.window(lanes, t0, t1, budget=max(budget - len(findings) - len(evidence), 0), buckets=buckets)
     counters = [k for k in counters if k in ds.counters.series]
     fig = _Figure(max(LANE_PX * len(lanes), 120), len(counters))
     shapes, drawn = _slices(fig, index, views, origin, (t1 - t0) / 1e6 / buckets)
     cells = _occupancy(fig, views, origin)
-    marks = _findings_lane(fig, findings, t0, t1, origin)
+    marks = _findings_lane(fig, findings, t0, t1, origin) + _outline(fig, evidence, origin)
     shapes, drawn = shapes + cells + marks, drawn + cells + marks
     _steps(fig, ds, ranks, t0, t1, origin, len(lanes))
     if selected is not None:
@@ -270,6 +276,48 @@ def _arg_lines(args: str, limit: int = 3) -> list[str]:
     return items
 
 
+def _evidence_boxes(index, lanes, evidence: list[dict[str, Any]], t0: int, t1: int
+                    ) -> list[tuple[int, int, int]]:
+    """(start ns, end ns, lane y) of the evidence items that fall in the window on a shown lane.
+
+    An item with a `corr` is on the lane of the device task with that correlation id (a bubble's
+    evidence is the gap before that task); one with a `name` is the slice of that name starting
+    at its `ts`."""
+    y_of = {ln.id: y for y, ln in enumerate(lanes)}
+    out = []
+    for e in evidence[:MAX_EVIDENCE]:
+        ts, dur = e.get("ts"), e.get("dur") or 0
+        if not isinstance(ts, (int, float)) or ts > t1 or ts + dur < t0:
+            continue
+        if isinstance(e.get("corr"), int):
+            hits = np.flatnonzero(index.corr == e["corr"])
+        elif isinstance(e.get("name"), str):
+            hits = np.flatnonzero(index.ts == int(ts))
+            hits = [h for h in hits if index.names(np.array([h]))[0] == e["name"]]
+        else:
+            continue
+        lanes_hit = [index.lane_at(int(h)) for h in hits]
+        ys = [y_of[ln.id] for ln in sorted(lanes_hit, key=lambda ln: not ln.device_side) if ln.id in y_of]
+        if ys:
+            out.append((int(ts), int(ts + dur), ys[0]))
+    return out
+
+
+def _outline(fig: _Figure, boxes: list[tuple[int, int, int]], origin: int) -> int:
+    """The evidence boxes as red outlines around their lane."""
+    if not boxes:
+        return 0
+    a = np.array([ms(b[0], origin) for b in boxes])
+    b = np.array([ms(b[1], origin) for b in boxes])
+    y = np.array([float(b[2]) for b in boxes])
+    nan = np.full(len(a), np.nan)
+    fig.add({"type": "scatter", "x": np.column_stack([a, b, b, a, a, nan]).ravel(),
+             "y": np.column_stack([y - 0.45, y - 0.45, y + 0.45, y + 0.45, y - 0.45, nan]).ravel(),
+             "mode": "lines", "line": {"color": HIGHLIGHT, "width": 2}, "name": "evidence", "hoverinfo": "skip",
+             "meta": "evidence"})
+    return len(boxes)
+
+
 def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin: int) -> int:
     """The findings lane (around y = -1): a bar per finding over its window, coloured by severity;
     findings whose windows overlap get rows of their own (up to `FINDING_ROWS`)."""
@@ -391,9 +439,5 @@ def _highlight(fig: _Figure, h: Highlight, origin: int) -> None:
     fig.shapes.append({"x0": ms(h.start_ns, origin), "x1": ms(max(h.end_ns, h.start_ns + 1), origin),
                        "fillcolor": "rgba(214,39,40,0.08)", "line": {"color": HIGHLIGHT, "width": 1.5, "dash": "dot"},
                        "name": "finding", **style})
-    if h.label:
-        fig.annotations.append({"x": ms(h.start_ns, origin), "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
-                                "xanchor": "left", "text": text(h.label, 80), "showarrow": False,
-                                "font": {"color": HIGHLIGHT, "size": 11}})
 
 

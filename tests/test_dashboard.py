@@ -445,3 +445,23 @@ def test_compare_draws_both_breakdowns_on_one_scale(store):
     longest = max(r["step_ns"] for e in store.entries for r in e.dataset.report["breakdown"]) / 1e6
     assert graphs["compare-breakdown-base"].layout.yaxis.range == graphs["compare-breakdown-new"].layout.yaxis.range
     assert graphs["compare-breakdown-base"].layout.yaxis.range[1] == pytest.approx(longest * 1.05)
+
+
+def test_a_findings_evidence_is_outlined_on_its_lane():
+    from dashboard.pages.timeline import finding_highlight, padded
+
+    ds = Store.open([SAMPLES / "yolo-pipeline-no-triple-buffer" / "trace"]).entries[0].dataset
+    (i, f), = [(i, f) for i, f in enumerate(ds.findings) if f["code"] == "SYNC_STALL"]
+    h, _ = finding_highlight(ds, i)
+    t0, t1 = padded(h.start_ns, h.end_ns, ds.span)
+    fig = timeline_figure(ds, None, t0, t1, highlight=h)
+    (ev,) = [t for t in fig["data"] if t.get("meta") == "evidence"]
+    boxes = np.asarray(ev["x"], float).reshape(-1, 6)
+    # The stalled synchronize calls in the window, as the finding lists them.
+    want = sorted((e["ts"], e["ts"] + e["dur"]) for e in f["evidence"] if e["ts"] <= t1 and e["ts"] + e["dur"] >= t0)
+    origin = ds.span[0]
+    got = sorted(zip(boxes[:, 0], boxes[:, 1]))
+    assert len(got) == len(want) >= 1
+    assert np.allclose(got, [((a - origin) / 1e6, (b - origin) / 1e6) for a, b in want], rtol=0, atol=1e-9)
+    # On the host thread's lane (the first lane), where the calls are.
+    assert set(np.asarray(ev["y"], float).reshape(-1, 6)[:, 0] + 0.45) == {0.0}

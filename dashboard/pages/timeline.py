@@ -43,7 +43,9 @@ def finding_highlight(ds: Dataset, index: int | None) -> tuple[Highlight | None,
         return None, f
     occ = [(int(o["ts_ns"]), int(o["ts_ns"]) + int(o.get("dur_ns") or 0)) for o in f.get("occurrences") or []
            if o.get("ts_ns") is not None and (w[2] is None or o.get("rank") in (None, w[2]))]
-    return Highlight(w[0], w[1], occ, label=f"#{index + 1} {f['code']}"), f
+    evidence = [e for e in f.get("evidence") or [] if isinstance(e, dict)
+                and (w[2] is None or e.get("rank") in (None, w[2]))]
+    return Highlight(w[0], w[1], occ, label=f"#{index + 1} {f['code']}", evidence=evidence), f
 
 
 def markers(ds: Dataset, ranks: list[int] | None) -> list[Marker]:
@@ -81,7 +83,7 @@ def layout(store: Store, entry, params: dict[str, Any]):
     fig = timeline_figure(ds, ranks, t0, t1, counters=chosen, highlight=h, selected=selected,
                           findings=markers(ds, ranks), budget=store.max_shapes)
     state = {"trace": entry.index, "ranks": ranks, "t0": t0, "t1": t1, "selected": selected,
-             "highlight": None if h is None else [h.start_ns, h.end_ns, h.occurrences, h.label]}
+             "highlight": None if h is None else [h.start_ns, h.end_ns, h.occurrences, h.label, h.evidence]}
     banner = []
     if f is not None:
         banner = [html.Div([html.Strong(f"#{common.int_param(params, 'finding') + 1} {f['code']}: "),
@@ -213,7 +215,7 @@ def register(app, store: Store) -> None:
         state["t0"], state["t1"] = t0, t1
         keys = [tuple(json.loads(v)) for v in counters or []]
         hl = state.get("highlight")
-        h = Highlight(hl[0], hl[1], [tuple(o) for o in hl[2]], hl[3]) if hl else None
+        h = Highlight(hl[0], hl[1], [tuple(o) for o in hl[2]], hl[3], hl[4]) if hl else None
         fig = timeline_figure(ds, state["ranks"], t0, t1, counters=keys, highlight=h, selected=state.get("selected"),
                               findings=markers(ds, state["ranks"]), budget=store.max_shapes)
         return fig, state, details, _info(fig)
