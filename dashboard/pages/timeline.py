@@ -28,7 +28,7 @@ from msprof_py.breakdown import finding_window
 PATH = "/timeline"
 NAME = "Timeline"
 #: Counter tracks shown first (the user picks others): matched on the series name.
-DEFAULT_COUNTERS = re.compile(r"memory (allocated|used)|queue depth|GB/s", re.IGNORECASE)
+DEFAULT_COUNTERS = re.compile(r"memory (allocated|reserved)|queue depth|GB/s", re.IGNORECASE)
 MAX_DEFAULT_COUNTERS = 3
 GRAPH_CONFIG = {"scrollZoom": True, "displaylogo": False, "doubleClick": "reset",
                 "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
