@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import html
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,9 @@ class Highlight:
     #: The finding's evidence references (dicts with ts / dur and corr, or name): outlined on
     #: the lane they name.
     evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+_REVISIONS = itertools.count(1)
 
 
 @dataclass
@@ -122,7 +126,11 @@ def timeline_figure(ds, ranks: list[int] | None, t0: int, t1: int, *, counters: 
     n_events = sum(1 for v in views if v.events is not None)
     fig.layout.update(meta={"window_ns": [int(t0), int(t1)], "shapes": int(shapes), "drawn": int(drawn),
                             "lanes_events": n_events,
-                            "lanes_occupancy": len(views) - n_events, "budget": budget})
+                            "lanes_occupancy": len(views) - n_events, "budget": budget},
+                      # One value per figure the server makes. When a zoom makes the graph write the new
+                      # axis range back into its figure and re-plot it, an unchanged datarevision tells
+                      # plotly the data arrays are the same, so it redraws without recomputing them.
+                      datarevision=next(_REVISIONS))
     return fig.done([ms(t0, origin), ms(t1, origin)])
 
 
