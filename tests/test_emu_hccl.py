@@ -148,6 +148,101 @@ def test_pieces_follow_a_configured_hccl_buffsize():
     acl.finalize()
 
 
+
+# ============================================================================ broadcast
+def ring_bcast(p, n, a, b):
+    """Ring scatter (p-1 hops of n/p) then ring allgather (p-1 steps of n/p)."""
+    return 2 * (p - 1) * a + 2 * (p - 1) / p * n * b
+
+
+def hd_bcast(p, n, a, b):
+    """Binomial scatter (n/2 ... n/p) then recursive-doubling allgather (n/p ... n/2)."""
+    return 2 * log2(p) * a + 2 * (p - 1) / p * n * b
+
+
+def mesh_bcast(p, n, a, b):
+    """The root sends n/p on each of its p-1 links at once, then every member does."""
+    return 2 * a + 2 / p * n * b
+
+
+FLAT_BCAST = {"ring": ring_bcast, "hd": hd_bcast, "mesh": mesh_bcast}
+
+# (algorithm, topology, closed form of one piece of n bytes): the flat algorithms on HCCS, on
+# PCIe through the host switch and on one NIC per rank; hierarchical on 2 or 4 servers (hd
+# across them) and 3 (ring across), with HCCS (mesh inside) or PCIe (ring inside).
+BCAST_CASES = {
+    **{f"ring-hccs-{p}": ("ring", lambda p=p: topology.server(p), lambda n, p=p: ring_bcast(p, n, *HCCS))
+       for p in (4, 8, 16)},
+    **{f"ring-pcie-{p}": ("ring", lambda p=p: topology.server(p, intra="pcie"),
+                          lambda n, p=p: ring_bcast(p, n, *PCIE)) for p in (4, 8, 16)},
+    **{f"hd-hccs-{p}": ("hd", lambda p=p: topology.server(p), lambda n, p=p: hd_bcast(p, n, *HCCS))
+       for p in (4, 8, 16)},
+    **{f"hd-roce-{p}": ("hd", lambda p=p: topology.cluster(p, 1), lambda n, p=p: hd_bcast(p, n, *ROCE))
+       for p in (4, 8, 16)},
+    **{f"mesh-hccs-{p}": ("mesh", lambda p=p: topology.server(p), lambda n, p=p: mesh_bcast(p, n, *HCCS))
+       for p in (4, 8, 16)},
+    **{f"hierarchical-{s}x{L}-hccs": ("hierarchical", lambda s=s, L=L: topology.cluster(s, L),
+                                      lambda n, s=s, L=L: FLAT_BCAST["hd" if s != 3 else "ring"](s, n, *ROCE)
+                                      + mesh_bcast(L, n, *HCCS))
+       for s, L in ((2, 2), (2, 4), (2, 8), (4, 4), (3, 4))},
+    "hierarchical-2x4-pcie": ("hierarchical", lambda: topology.cluster(2, 4, intra="pcie"),
+                              lambda n: hd_bcast(2, n, *ROCE) + ring_bcast(4, n, *PCIE)),
+}
+BCAST_SIZES = {"1MiB": MiB, "64MiB": 64 * MiB, "1GiB": 1024 * MiB}
+
+
+def broadcast_program(topo, nbytes, root, algorithm):
+    def program(rank):
+        acl.rt.set_device(topo.local_of(rank))
+        comm = hccl.comm_init_all()
+        s = acl.rt.create_stream()
+        hccl.broadcast(SRC, nbytes, INT8, root, comm, s, algorithm=algorithm)
+        acl.rt.synchronize_stream(s)
+
+    return program
+
+
+@pytest.mark.parametrize("root", ["first", "second", "last"])
+@pytest.mark.parametrize("size", BCAST_SIZES)
+@pytest.mark.parametrize("case", BCAST_CASES)
+def test_broadcast_time_matches_its_closed_form(case, size, root):
+    alg, make_topo, one_piece = BCAST_CASES[case]
+    topo, n = make_topo(), BCAST_SIZES[size]
+    r = {"first": 0, "second": 1, "last": topo.world_size - 1}[root]
+    _, gt, _ = job(topo, broadcast_program(topo, n, r, alg), switches=Switches(sys_hardware_mem=False))
+    (c,) = gt["collectives"]
+    assert len(set(c["arrive_ns"])) == 1 and c["algorithm"] == alg and c["pieces"] == len(pieces(n))
+    # Every piece pays its own alphas; lockstep steps leave only ns rounding (< 0.05%).
+    assert c["end_ns"] - c["start_ns"] == pytest.approx(sum(one_piece(x) for x in pieces(n)), rel=0.0005)
+
+
+@pytest.mark.parametrize("alg", ["ring", "hd", "mesh"])
+def test_broadcast_schedules_deliver_every_chunk_from_holders_only(alg, monkeypatch):
+    """Chunk j is 2**j bytes, so a send's size names the chunks it carries: every send must carry
+    chunks its sender already holds, every member must end with all of them, and with ring and hd
+    no member sends or receives twice in a step (the root never drives all its links at once)."""
+    monkeypatch.setattr(A, "chunks", lambda n, p: [1 << j for j in range(p)])
+    for p in (2, 3, 4, 5, 8, 16):
+        if alg == "hd" and not A.is_pow2(p):
+            continue
+        for root in range(p):
+            full = (1 << p) - 1
+            held = [full if m == root else 0 for m in range(p)]
+            sched = A.schedule("broadcast", alg, p, 0, root)
+            expected_steps = {"ring": 2 * (p - 1), "hd": 2 * int(log2(p)), "mesh": 2}[alg]
+            assert len(sched) == expected_steps
+            for step in sched:
+                got = list(held)
+                for src, dst, b in step.sends:
+                    assert b and b & ~held[src] == 0, (p, root, step)
+                    got[dst] |= b
+                if alg != "mesh":
+                    assert len({s for s, _, _ in step.sends}) == len({d for _, d, _ in step.sends}) == len(step.sends)
+                if alg == "ring":
+                    assert all(dst == (src + 1) % p for src, dst, _ in step.sends)
+                held = got
+            assert held == [full] * p
+
 # ============================================================================ contention
 def contention_job(copy_bytes, copy_first):
     """Ring allreduce on a PCIe server; rank 1 also copies copy_bytes H2D over its pcie_h2d link,
@@ -416,6 +511,16 @@ ALL4 = {f"r{i}->r{j}.hccs" for i in range(4) for j in range(4) if i != j}
     ("reduce_scatter", "mesh", {k: C4 for k in ALL4}),
     # broadcast from rank 1 = scatter (n/p to each) + allgather (n/p blocks): 2n/p out of the root.
     ("broadcast", "mesh", {k: (2 if k.startswith("r1->") else 1) * C4 // 4 for k in ALL4}),
+    # ring from rank 1: the scatter carries 3, 2, 1 chunks over 1->2, 2->3, 3->0, then the
+    # allgather 3 chunks over every ring link.
+    ("broadcast", "ring", {"r0->r1.hccs": 3 * C4 // 4, "r1->r2.hccs": 6 * C4 // 4,
+                           "r2->r3.hccs": 5 * C4 // 4, "r3->r0.hccs": 4 * C4 // 4}),
+    # hd from rank 1: the scatter sends 2 chunks 1->3, then 1 chunk 1->0 and 3->2; the allgather
+    # 1 chunk to r xor 1, 2 chunks to r xor 2.
+    ("broadcast", "hd", {k: v + {"r1->r3.hccs": 2 * C4 // 4, "r1->r0.hccs": C4 // 4,
+                                 "r3->r2.hccs": C4 // 4}.get(k, 0)
+                         for i in range(4) for k, v in {f"r{i}->r{i ^ 1}.hccs": C4 // 4,
+                                                         f"r{i}->r{i ^ 2}.hccs": 2 * C4 // 4}.items()}),
     ("alltoall", "mesh", {k: C4 for k in ALL4}),
     ("alltoall", "pairwise", {k: C4 for k in ALL4}),
 ])

@@ -24,9 +24,22 @@ Algorithms (n = bytes of the whole vector, p members):
   among members with the same position in their server (L of them run side by side),
   intra-server allgather. Allgather goes inter-server first (only 1/L of the data crosses the
   slow links), reduce-scatter intra-server first; broadcast goes to the root's column across
-  servers, then within every server.
-- broadcast (flat): scatter (the root sends chunk j to member j, one step) then an allgather:
-  van de Geijn's scatter-allgather, 2(p-1)/p*n*beta on a ring instead of n*beta per hop.
+  servers, then within every server: S servers of L members cost the flat broadcast of n over
+  S members with the inter algorithm (inter-server alpha, beta) plus the flat broadcast of n
+  over L members with the intra algorithm (intra-server alpha, beta).
+- broadcast (flat): van de Geijn's scatter then allgather (each member gets one n/p chunk,
+  then every member passes its chunk on), so the data leaves the root once in pieces instead
+  of n per hop. The scatter follows the allgather's pattern, so with ring and hd no member
+  sends or receives more than one piece in a step, and the closed form holds on any topology
+  where distinct pairs use distinct links:
+  ring: scatter along the ring (p-1 steps; the root sends the chunk of the farthest member
+  first, every member forwards what it received the step before), ring allgather:
+  2(p-1)*alpha + 2(p-1)/p*n*beta.
+  hd (power-of-two p): binomial scatter by recursive halving from the root (log2 p steps of
+  n/2, n/4 ... n/p, partner r xor d), recursive-doubling allgather:
+  2*log2(p)*alpha + 2(p-1)/p*n*beta.
+  mesh: the root sends every chunk in one step, one per link of its full mesh, then the mesh
+  allgather: 2*alpha + 2n/p*beta.
 - alltoall: mesh (all pairs in one step) or pairwise (p-1 steps, step k: i -> i+k).
 """
 
@@ -84,6 +97,19 @@ def ring_reduce_scatter(g: Sequence[int], n: int) -> Schedule:
     return steps
 
 
+def ring_scatter(g: Sequence[int], n: int, root: int) -> Schedule:
+    """One n/p chunk of the root's n bytes to every member along the ring, one hop per step (p-1 steps).
+
+    Step s: the member d hops after the root (d <= s) sends the chunk of the member p-1-s+d hops
+    after the root, so the farthest chunks leave first and all arrive in the last step. Member m's
+    chunk is m+1, the one ring_allgather starts from (a ring reduce-scatter leaves it there).
+    """
+    p = len(g)
+    cs = chunks(n, p)
+    return [_step([(g[(root + d) % p], g[(root + d + 1) % p], cs[(root + p - s + d) % p]) for d in range(s + 1)])
+            for s in range(p - 1)]
+
+
 def ring_allgather(g: Sequence[int], n: int) -> Schedule:
     p = len(g)
     cs = chunks(n, p)
@@ -109,6 +135,26 @@ def hd_reduce_scatter(g: Sequence[int], n: int) -> Schedule:
             kept.append(keep)
         seg = kept
         steps.append(_step(sends, max(sum(cs[lo:hi]) for lo, hi in seg)))
+        d //= 2
+    return steps
+
+
+def hd_scatter(g: Sequence[int], n: int, root: int) -> Schedule:
+    """Chunk j of the root's n bytes to member j by recursive halving (binomial tree, log2 p steps).
+
+    Members are counted from the root as v = member xor root; the holder of chunks [v, v + 2d)
+    sends the upper half to v + d, so step sizes are n/2, n/4 ... n/p and every holder sends once.
+    Needs a power-of-two p (else ring).
+    """
+    p = len(g)
+    if not is_pow2(p):
+        return ring_scatter(g, n, root)
+    cs = chunks(n, p)
+    steps = []
+    d = p // 2
+    while d:
+        steps.append(_step([(g[v ^ root], g[(v + d) ^ root], sum(cs[u ^ root] for u in range(v + d, v + 2 * d)))
+                            for v in range(0, p, 2 * d)]))
         d //= 2
     return steps
 
@@ -154,9 +200,16 @@ def mesh_allgather(g: Sequence[int], n: int) -> Schedule:
     return [_step([(g[i], g[j], cs[i]) for i in range(p) for j in range(p) if i != j])]
 
 
+def mesh_scatter(g: Sequence[int], n: int, root: int) -> Schedule:
+    """Chunk j to member j in one step: on a full mesh each goes on its own link of the root."""
+    cs = chunks(n, len(g))
+    return [_step([(g[root], g[j], cs[j]) for j in range(len(g)) if j != root])]
+
+
 # ---------------------------------------------------------------------------- flat ops
 _RS = {RING: ring_reduce_scatter, HD: hd_reduce_scatter, MESH: mesh_reduce_scatter}
 _AG = {RING: ring_allgather, HD: hd_allgather, MESH: mesh_allgather}
+_SCATTER = {RING: ring_scatter, HD: hd_scatter, MESH: mesh_scatter}
 
 
 def flat(op: str, alg: str, g: Sequence[int], n: int, root: int = 0) -> Schedule:
@@ -172,9 +225,7 @@ def flat(op: str, alg: str, g: Sequence[int], n: int, root: int = 0) -> Schedule
     if op == "allGather":
         return _AG[alg](g, n)
     if op == "broadcast":
-        cs = chunks(n, len(g))
-        scatter = _step([(g[root], g[j], cs[j]) for j in range(len(g)) if j != root])
-        return [scatter] + _AG[alg](g, n)
+        return _SCATTER[alg](g, n, root) + _AG[alg](g, n)
     if op == "alltoall":
         p = len(g)
         c = n // p
