@@ -148,7 +148,6 @@ def test_pieces_follow_a_configured_hccl_buffsize():
     acl.finalize()
 
 
-
 # ============================================================================ broadcast
 def ring_bcast(p, n, a, b):
     """Ring scatter (p-1 hops of n/p) then ring allgather (p-1 steps of n/p)."""
