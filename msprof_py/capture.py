@@ -31,6 +31,9 @@ from msprof_py.trace import read_trace
 from runtime_emu.recorder import Switches
 
 ENV_CONFIG = "MSPROF_PY_EMU_CONFIG"
+#: Trace events above which an emulated run on the pure-Python core is worth a warning: about
+#: 100k device tasks (each brings its launch, flow and counter rows), tens of seconds pure.
+LARGE_RUN_EVENTS = 1_000_000
 _PYTHON_NAMES = ("python", "python3")
 
 
@@ -229,6 +232,20 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------- built-in scenarios
+def warn_if_slow(events: int) -> bool:
+    """Say once, on stderr, that a run of about `events` trace events will run on the slower
+    pure-Python emulator core, and how to get the compiled one; True when it said so."""
+    import runtime_emu
+    from runtime_emu import _loader
+
+    if runtime_emu.COMPILED or events <= LARGE_RUN_EVENTS:
+        return False
+    print(f"msprof-py: warning: ~{events:,} trace events on the pure-Python emulator core "
+          f"({_loader.pure_reason}), about {_loader.SPEEDUP}x slower than the compiled one; "
+          "build it with `pip install -e .` (needs a C compiler and the Python headers)", file=sys.stderr)
+    return True
+
+
 def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), switches: Switches | None = None,
             seed: int = 0, steps: int | None = None, ranks: int | None = None,
             params: dict[str, Any] | None = None) -> Path:
@@ -237,15 +254,14 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     from runtime_emu import scenarios
     from runtime_emu.runtime import Runtime
 
-    spec = scenarios.SCENARIOS.get(scenario)
-    if spec is None:
-        raise MsprofError(f"unknown scenario {scenario!r}; choose from {', '.join(sorted(scenarios.SCENARIOS))}")
     switches = switches or Switches()
     try:
+        spec = scenarios.get(scenario)
         cfg = scenarios.configure(spec, list(problems), seed=seed, steps=steps, ranks=ranks, params=params or {})
     except ValueError as exc:
         raise MsprofError(str(exc)) from None
     prof_dir.check_output(output)
+    warn_if_slow(spec.size(cfg) if spec.size is not None else 0)
     # scenarios.run() has no recording switches: the same steps, with them.
     options = spec.runtime_options(cfg) if spec.runtime_options else {}
     if not spec.multi_rank:
@@ -254,9 +270,10 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     spec.program(rt, cfg)
     cfg.problems.flush(rt)
     result = rt.finish()
+    known = scenarios.all_params(spec)
     prof = prof_dir.new_prof_dir(output)
     command = " ".join(["emulate", scenario, *(f"--switch {p}" for p in sorted(cfg.switches)),
-                        *(f"--param {k}={json.dumps(v)}" for k, v in sorted((params or {}).items())),
+                        *(f"--param {k}={known[k].text(v)}" for k, v in sorted((params or {}).items())),
                         f"--seed {seed}", f"--steps {cfg.steps}", f"--ranks {cfg.ranks}"])
     prof_dir.write_status(prof, {"source": "emulate", "command": command, "switches": asdict(switches),
                                  "started": prof_dir.now_iso(), "msprof_py": __version__, "exit_code": 0})

@@ -16,9 +16,9 @@ from typing import Annotated, Any, NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from msprof_py import evaluate, loading, prof_dir, report
+from msprof_py import __version__, evaluate, loading, prof_dir, report
 from msprof_py.compare import compare, render_diff, render_findings
 from msprof_py.errors import MsprofError
 from msprof_py.summary import render, summarize
@@ -96,9 +96,32 @@ def _switches(task_time: OnOff | None, runtime_api: OnOff | None, hccl: OnOff | 
     return Switches(**{k: v is not OnOff.off for k, v in given.items()})
 
 
+def version_line() -> str:
+    """`msprof-py --version`: the package version and which emulator core runs, since a pure-Python
+    core (no C compiler at install, or a source edited since) makes every emulated run slower."""
+    import warnings
+
+    with warnings.catch_warnings():  # a stale core's import warning: the line below says it
+        warnings.simplefilter("ignore")
+        import runtime_emu
+        from runtime_emu import _loader
+
+    core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
+    return f"{PROG} {__version__} (emulator core: {core})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
 @app.callback(invoke_without_command=True, context_settings={"allow_extra_args": True})
 def _root(
     ctx: typer.Context,
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print the version and whether the emulator core is compiled or pure Python, then exit.")] = None,
     application: Annotated[Optional[str], typer.Option(
         "--application", show_default=False,
         help='Program to profile, e.g. "python app.py --lr 0.1" (or give it after the options: '
@@ -357,23 +380,73 @@ def eval_cmd(
     Console(width=max(Console().width, 120)).print(evaluate.render(scores))
 
 
-ScenarioArg = Annotated[str, typer.Argument(metavar="SCENARIO", help="Built-in scenario (msprof-py eval lists them).")]
+ScenarioArg = Annotated[Optional[str], typer.Argument(
+    metavar="SCENARIO", show_default=False,
+    help="Built-in scenario (msprof-py emulate --list shows them with their parameters and switches).")]
 
 
-@app.command("emulate")
+class _EmulateCommand(TyperCommand):
+    """`emulate SCENARIO --help`: the command's help, then that scenario's parameters and switches."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta["emulate_args"] = list(args)  # --help is eager: it runs before SCENARIO is parsed
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        super().format_help(ctx, formatter)
+        from runtime_emu import scenarios
+
+        names = [a for a in ctx.meta.get("emulate_args", []) if a in scenarios.SCENARIOS or a in scenarios.ALIASES]
+        if names:
+            formatter.write("\n" + _describe_scenario(scenarios.get(names[0]), long=True))
+        else:
+            formatter.write(f"\nscenarios: {', '.join(sorted(scenarios.SCENARIOS))} "
+                            f"({PROG} emulate SCENARIO --help shows one's parameters and switches)\n")
+
+
+def _describe_scenario(spec: Any, *, long: bool = False) -> str:
+    """A scenario's parameters (type, default, meaning) and switches, as `emulate --list` prints them."""
+    import textwrap
+
+    from runtime_emu import scenarios
+
+    aliases = ", ".join(a for a, n in scenarios.ALIASES.items() if n == spec.name)
+    ranks = f"{spec.ranks} ranks" if spec.multi_rank else "1 rank"
+    lines = [f"{spec.name}{f' (also {aliases})' if aliases else ''}: {ranks}, {spec.default_steps} steps by default"]
+    if long:
+        lines += textwrap.wrap(" ".join(spec.description.split()), 100, initial_indent="  ", subsequent_indent="  ",
+                               break_on_hyphens=False)
+    params = scenarios.all_params(spec)
+    lines.append("  parameters (--param NAME=VALUE; booleans: true/false, yes/no or 1/0):")
+    width = max(map(len, params))
+    types = {n: p.type_name() + ("|auto" if p.optional else "") for n, p in params.items()}
+    twidth = max(map(len, types.values()))
+    for name, p in params.items():
+        lines.append(f"    {name:<{width}}  {types[name]:<{twidth}}  default {p.default_text():<6}  {p.help}")
+    catalogue = {**scenarios.SWITCHES, **scenarios.MULTI_RANK_SWITCHES} if spec.multi_rank else scenarios.SWITCHES
+    lines.append("  switches (--switch NAME, repeatable):")
+    width = max(map(len, spec.switches))
+    lines += [f"    {sw:<{width}}  {catalogue.get(sw, '')}" for sw in sorted(spec.switches)]
+    return "\n".join(lines) + "\n"
+
+
+@app.command("emulate", cls=_EmulateCommand)
 def emulate_cmd(
-    scenario: ScenarioArg,
-    output: Annotated[Path, typer.Option("--output", "-o", show_default=False,
-                                         help="Directory for the PROF_* run (created if missing).")],
+    scenario: ScenarioArg = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", show_default=False,
+                                                   help="Directory for the PROF_* run (created if missing).")] = None,
     switch: Annotated[Optional[list[str]], typer.Option(
         "--switch", "-s", show_default=False, help="Problem to inject (repeatable), e.g. leak.")] = None,
     param: Annotated[Optional[list[str]], typer.Option(
         "--param", "-p", show_default=False,
-        help="Scenario parameter KEY=VALUE (repeatable), e.g. triple_buffer=false.")
+        help="Scenario parameter NAME=VALUE (repeatable), e.g. triple_buffer=false; booleans take true/false, "
+             "yes/no or 1/0 in any case, optional ones auto.")
     ] = None,
     ranks: Annotated[Optional[int], typer.Option("--ranks", min=1, show_default=False, help="World size.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, show_default=False, help="Steps to run.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run (same seed, same trace).")] = 0,
+    list_: Annotated[bool, typer.Option(
+        "--list", help="List the scenarios (or SCENARIO) with their parameters and switches, and exit.")] = False,
     task_time: TaskTimeOpt = None,
     runtime_api: RuntimeApiOpt = None,
     hccl: HcclOpt = None,
@@ -382,23 +455,41 @@ def emulate_cmd(
 ) -> None:
     """Run a built-in scenario on the emulated runtime and write its PROF dir (with ground_truth.json)."""
     from msprof_py import capture
+    from runtime_emu import scenarios
 
+    spec = None
+    if scenario is not None:
+        try:
+            spec = scenarios.get(scenario)
+        except ValueError as exc:
+            raise MsprofError(str(exc)) from None
+    if list_:
+        typer.echo("\n".join(_describe_scenario(s) for s in ([spec] if spec else scenarios.list_scenarios())), nl=False)
+        return
+    if spec is None:
+        raise MsprofError("emulate needs a SCENARIO", hint=f"{PROG} emulate --list shows them")
+    if output is None:
+        raise MsprofError("emulate needs --output", hint="e.g. --output=profiling")
+    try:
+        params = scenarios.parse_params(spec, _params(param or []))
+    except ValueError as exc:
+        raise MsprofError(str(exc)) from None
     prof = capture.emulate(scenario, output, problems=switch or [], seed=seed, steps=steps, ranks=ranks,
-                           params=_params(param or []),
-                           switches=_switches(task_time, runtime_api, hccl, memory, sys_hardware_mem))
+                           params=params, switches=_switches(task_time, runtime_api, hccl, memory, sys_hardware_mem))
     _report_run(prof)
 
 
-def _params(items: list[str]) -> dict[str, Any]:
-    out = {}
+def _params(items: list[str]) -> dict[str, str]:
+    """`--param` items as texts by name; the scenario's declared types parse them."""
+    out: dict[str, str] = {}
     for item in items:
         key, sep, text = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise MsprofError(f"--param {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(text)
-        except ValueError:
-            out[key] = text
+            raise MsprofError(f"--param {item!r}: expected NAME=VALUE")
+        if key in out:
+            raise MsprofError(f"--param {key} given twice")
+        out[key] = text
     return out
 
 

@@ -22,6 +22,10 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 _PACKAGE = __name__.rpartition(".")[0]
+#: How much faster the compiled core runs a simulation (README, benchmarks/bench_emulator.py).
+SPEEDUP = 2.6
+#: Why the pure-Python modules run, as `choose()` decided; None while the compiled core is used.
+pure_reason: str | None = None
 
 
 def compiled_modules(directory: Path = _HERE) -> list[str]:
@@ -61,15 +65,19 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 def choose() -> None:
     """Called by the package's __init__ before it imports any compiled module."""
+    global pure_reason
     names = compiled_modules()
     if not names:
+        pure_reason = "not built"
         return
     if os.environ.get("MSPROF_PY_PURE") == "1":
         why = None
+        pure_reason = "MSPROF_PY_PURE=1"
     else:
         why = stale(names)
         if why is None:
             return
+        pure_reason = f"compiled modules stale: {why}"
         warnings.warn(f"runtime_emu: not using the compiled emulator core ({why}); running the pure-Python modules. "
                       "Rebuild it with `pip install -e .` (or set MSPROF_PY_PURE=1 to silence this).",
                       RuntimeWarning, stacklevel=3)

@@ -15,27 +15,58 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable
 
+from runtime_emu.presets import PRESETS, Preset
 from runtime_emu.presets import preset as get_preset
 from runtime_emu.runtime import EmuResult, Runtime
 from runtime_emu.scenarios import bert_train_dp, llm_train_2server, resnet50_infer, yolo_pipeline
 from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES
 from runtime_emu.scenarios.problems import PRESET_OVERRIDES, SWITCHES
-from runtime_emu.scenarios.scenario import Config, Scenario
+from runtime_emu.scenarios.scenario import Config, Param, Scenario
 
-__all__ = ["MULTI_RANK_SWITCHES", "SCENARIOS", "SWITCHES", "Config", "Scenario", "list_scenarios", "run"]
+__all__ = ["ALIASES", "MULTI_RANK_SWITCHES", "SCENARIOS", "SWITCHES", "Config", "Param", "Scenario", "get",
+           "list_scenarios", "parse_params", "run"]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO,
                                                        bert_train_dp.SCENARIO, llm_train_2server.SCENARIO)}
 
 #: Switch pairs no program can honour together (one stream has no cross-stream dependency to miss).
 CONFLICTS = (frozenset({"serial-copies", "missing-sync"}),)
+#: Other names of scenarios whose name says more than the workload (`llm-train` takes `servers`).
+ALIASES = {"llm-train": "llm-train-2server"}
 #: Parameters every scenario takes besides its own.
-COMMON_PARAMS = {"preset": "910B3"}
+COMMON_PARAMS = {"preset": Param(str, "910B3", f"device preset: {', '.join(PRESETS)}")}
 
 
 def list_scenarios() -> list[Scenario]:
     """The registered scenarios, by name."""
     return [SCENARIOS[name] for name in sorted(SCENARIOS)]
+
+
+def get(name: str) -> Scenario:
+    """The scenario called `name` (or one of its ALIASES); ValueError lists the known ones."""
+    scenario = SCENARIOS.get(ALIASES.get(name, name))
+    if scenario is None:
+        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(sorted(SCENARIOS))}")
+    return scenario
+
+
+def all_params(scenario: Scenario) -> dict[str, Param]:
+    """Every parameter `scenario` takes: its own and the common ones, by name."""
+    return dict(sorted({**COMMON_PARAMS, **scenario.params}.items()))
+
+
+def parse_params(scenario: Scenario, texts: dict[str, str]) -> dict[str, Any]:
+    """Command-line texts (`triple_buffer="no"`) as the typed values `scenario` declares."""
+    known = all_params(scenario)
+    _check_known(scenario, texts, known)
+    return {name: known[name].parse(name, text) for name, text in texts.items()}
+
+
+def _check_known(scenario: Scenario, params: dict[str, Any], known: dict[str, Param]) -> None:
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r} for scenario {scenario.name!r}; choose from "
+                         f"{', '.join(known)}")
 
 
 def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | None = None,
@@ -45,9 +76,7 @@ def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | 
 
     `trace_path` streams the trace into that Parquet directory (or file, one rank) while the
     scenario runs (Runtime's `trace_path`, `trace_cut_tasks`)."""
-    scenario = SCENARIOS.get(name)
-    if scenario is None:
-        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(sorted(SCENARIOS))}")
+    scenario = get(name)
     cfg = configure(scenario, switches, seed=seed, steps=steps, ranks=ranks, params=params)
     options = scenario.runtime_options(cfg) if scenario.runtime_options else {}
     if not scenario.multi_rank:
@@ -74,18 +103,25 @@ def configure(scenario: Scenario, switches: Iterable[str], *, seed: int = 0, ste
     for pair in CONFLICTS:
         if pair <= switches:
             raise ValueError(f"switches {' and '.join(sorted(pair))} cannot be on together")
-    defaults = {**COMMON_PARAMS, **scenario.params}
-    unknown = sorted(set(params or {}) - set(defaults))
-    if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r} for scenario {scenario.name!r}; choose from "
-                         f"{', '.join(sorted(defaults))}")
-    values = {**defaults, **(params or {})}
+    known = all_params(scenario)
+    given = dict(params or {})
+    _check_known(scenario, given, known)
+    for name, value in given.items():
+        if not (name == "preset" and isinstance(value, Preset)):
+            given[name] = known[name].validate(name, value)
+    values = {**{name: p.default for name, p in known.items()}, **given}
     steps = scenario.default_steps if steps is None else steps
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    ranks = scenario.ranks if ranks is None else ranks
+    if ranks is None:
+        ranks = scenario.ranks_for(values) if scenario.ranks_for is not None else scenario.ranks
     if not scenario.multi_rank and ranks != 1:
         raise ValueError(f"scenario {scenario.name!r} is single-rank; ranks must be 1, got {ranks}")
+    # Defaults that follow the world size (the rank a problem acts on) are filled in only now,
+    # and only where not given: a default never makes a valid --ranks invalid.
+    for name, p in known.items():
+        if p.auto is not None and values[name] is None:
+            values[name] = p.auto(ranks, values)
     preset = get_preset(values.pop("preset"))
     overrides = {k: v for switch in sorted(switches) for k, v in PRESET_OVERRIDES.get(switch, {}).items()}
     if overrides:

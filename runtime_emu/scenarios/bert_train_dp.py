@@ -25,7 +25,7 @@ from runtime_emu import hccl, topology
 from runtime_emu.presets import MiB
 from runtime_emu.scenarios import training
 from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES, degrade
-from runtime_emu.scenarios.scenario import Config, Scenario
+from runtime_emu.scenarios.scenario import Config, Param, Scenario
 from runtime_emu.scenarios.training import Model, run_job
 
 if TYPE_CHECKING:
@@ -97,8 +97,6 @@ def runtime_options(cfg: Config) -> dict[str, Any]:
 def check(cfg: Config) -> None:
     if cfg.ranks < 2:
         raise ValueError(f"data-parallel training needs at least 2 ranks, got {cfg.ranks}")
-    if cfg["intra"] not in (None, "hccs", "pcie"):
-        raise ValueError(f"intra must be 'hccs' or 'pcie', got {cfg['intra']!r}")
     if cfg.on("bandwidth-contention") and cfg["intra"] == "hccs":
         raise ValueError("bandwidth-contention needs intra='pcie': over HCCS the AllReduce does not cross PCIe")
     training.check(cfg)
@@ -106,5 +104,12 @@ def check(cfg: Config) -> None:
 
 SCENARIO = Scenario(
     name="bert-train-dp", description=__doc__, program=program, switches=frozenset(MULTI_RANK_SWITCHES),
-    default_steps=3, params={"batch": 16, "layers": 4, "intra": None, "problem_rank": 3}, ranks=8,
-    multi_rank=True, check=check, runtime_options=runtime_options)
+    default_steps=3, ranks=8, multi_rank=True, check=check, runtime_options=runtime_options,
+    size=lambda cfg: cfg.ranks * cfg.steps * (300 + 340 * cfg["layers"]),  # trace events per rank-step, measured
+    params={
+        "batch": Param(int, 16, "sequences of 512 tokens per rank and step", minimum=1),
+        "layers": Param(int, 4, "encoder layers (BERT-base has 12)", minimum=1),
+        "intra": Param(str, None, "the server's interconnect: hccs (full mesh) or pcie (through the host's PCIe "
+                                  "switch); auto: hccs, pcie with bandwidth-contention",
+                       choices=("hccs", "pcie"), optional=True),
+        "problem_rank": Param(int, None, training.PROBLEM_RANK_HELP, minimum=0, auto=training.problem_rank)})

@@ -1,7 +1,8 @@
 """Pre-training of a TinyLlama-1.1B-shaped LLM (hidden 2048, SwiGLU MLP 5632, 32 query and 4
 key/value heads, vocabulary 32000, bf16) with ZeRO-style data parallelism on 16 NPUs in two
-servers of 8 (HCCS inside a server, RoCE between them; 4 of its 22 layers and micro-batch 2 x
-2048 tokens by default to keep runs short). Every rank runs the embedding (GatherV2), the decoder
+servers of 8 (HCCS inside a server, RoCE between them; `servers=N` runs N servers, of 8 NPUs
+unless `ranks` says otherwise; 4 of its 22 layers and micro-batch 2 x 2048 tokens by default to
+keep runs short; also called `llm-train`). Every rank runs the embedding (GatherV2), the decoder
 layers (RmsNorm, MatMulV2 on the Cube cores for the QKV, output and MLP projections,
 RotaryMul, FlashAttentionScore, SwiGlu, Add) and the untied LM head with its loss (LogSoftmaxV2,
 NLLLoss), then the backward (MatMulV2, SwiGluGrad, RmsNormGrad, FlashAttentionScoreGrad,
@@ -29,14 +30,15 @@ from runtime_emu import hccl, topology
 from runtime_emu.presets import MiB
 from runtime_emu.scenarios import training
 from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES, degrade
-from runtime_emu.scenarios.scenario import Config, Scenario
+from runtime_emu.scenarios.scenario import Config, Param, Scenario
 from runtime_emu.scenarios.training import Model, run_job
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
 
 HIDDEN, MLP, VOCAB, SEQ, KV_DIM = 2048, 5632, 32000, 2048, 4 * 64
-SERVERS = 2
+SERVERS = 2  # by default; `servers` takes another count
+NPUS_PER_SERVER = 8  # the default world size is this many per server
 LAYER_PARAMS = 2 * HIDDEN * HIDDEN + 2 * HIDDEN * KV_DIM + 3 * HIDDEN * MLP + 2 * HIDDEN
 
 MODEL = Model(
@@ -84,13 +86,15 @@ def program(rt: "Runtime", cfg: Config) -> None:
 
 
 def runtime_options(cfg: Config) -> dict[str, Any]:
-    topo = topology.cluster(SERVERS, cfg.ranks // SERVERS, roce_over_pcie=roce_over_pcie(cfg))
+    servers = cfg["servers"]
+    topo = topology.cluster(servers, cfg.ranks // servers, roce_over_pcie=roce_over_pcie(cfg))
     return {"topology": degrade(topo, cfg)}
 
 
 def check(cfg: Config) -> None:
-    if cfg.ranks < 2 * SERVERS or cfg.ranks % SERVERS:
-        raise ValueError(f"ranks must be a multiple of {SERVERS} servers with at least 2 NPUs each, got {cfg.ranks}")
+    servers = cfg["servers"]
+    if cfg.ranks < 2 * servers or cfg.ranks % servers:
+        raise ValueError(f"ranks must be a multiple of {servers} servers with at least 2 NPUs each, got {cfg.ranks}")
     if cfg.on("bandwidth-contention") and cfg["roce_over_pcie"] is False:
         raise ValueError("bandwidth-contention needs roce_over_pcie=True: without it no collective crosses PCIe")
     training.check(cfg)
@@ -98,5 +102,15 @@ def check(cfg: Config) -> None:
 
 SCENARIO = Scenario(
     name="llm-train-2server", description=__doc__, program=program, switches=frozenset(MULTI_RANK_SWITCHES),
-    default_steps=3, params={"batch": 2, "layers": 4, "zero": True, "roce_over_pcie": None, "problem_rank": 11},
-    ranks=16, multi_rank=True, check=check, runtime_options=runtime_options)
+    default_steps=3, ranks=SERVERS * NPUS_PER_SERVER, ranks_for=lambda values: values["servers"] * NPUS_PER_SERVER,
+    multi_rank=True, check=check, runtime_options=runtime_options,
+    size=lambda cfg: cfg.ranks * cfg.steps * (300 + 240 * cfg["layers"]),  # trace events per rank-step, measured
+    params={
+        "servers": Param(int, SERVERS, f"servers joined by RoCE; --ranks defaults to {NPUS_PER_SERVER} NPUs per server",
+                         minimum=2),
+        "batch": Param(int, 2, "sequences of 2048 tokens per rank and step", minimum=1),
+        "layers": Param(int, 4, "decoder layers (TinyLlama-1.1B has 22)", minimum=1),
+        "zero": Param(bool, True, "ReduceScatter + AllGather (ZeRO); false: AllReduce"),
+        "roce_over_pcie": Param(bool, None, "the NICs hang off the cards' PCIe links; auto: only with "
+                                            "bandwidth-contention", optional=True),
+        "problem_rank": Param(int, None, training.PROBLEM_RANK_HELP, minimum=0, auto=training.problem_rank)})

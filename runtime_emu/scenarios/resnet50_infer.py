@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from runtime_emu.runtime import MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE
 from runtime_emu.scenarios.problems import SWITCHES, Injector
-from runtime_emu.scenarios.scenario import Config, Scenario, jittered, launch_op
+from runtime_emu.scenarios.scenario import Config, Param, Scenario, jittered, launch_op
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
@@ -34,6 +34,7 @@ IMAGE_5HD_BYTES = 16 * 224 * 224 * 2  # NC1HWC0 pads 3 channels to C0 = 16
 FEATURES_BYTES = 2048 * 7 * 7 * 2  # layer-4 output per image, what the leak keeps
 TOPK_BYTES = 5 * (2 + 4)  # top-5 values (fp16) and indices (int32) per image
 LOGITS_BYTES = 1000 * 2  # per image, fp16
+EVENTS_PER_STEP = 1_150  # trace events of a healthy step (measured; the op count does not depend on the batch)
 HEAD_OPS = 3  # ReduceMeanD, MatMulV2 (writes the logits), SoftmaxV2 (reads them)
 #: The per-sample post-processing loop of the launch-bound switch: (aten op, NPU op type).
 PER_SAMPLE_OPS = [("aten::select", "StridedSliceD"), ("aten::softmax", "SoftmaxV2"), ("aten::topk", "TopKV2"),
@@ -195,4 +196,5 @@ def check(cfg: Config) -> None:
 
 SCENARIO = Scenario(
     name="resnet50-infer", description=__doc__, program=program, switches=frozenset(SWITCHES), default_steps=4,
-    params={"batch": 16}, check=check)
+    params={"batch": Param(int, 16, "images per batch (224x224)", minimum=1)}, check=check,
+    size=lambda cfg: EVENTS_PER_STEP * cfg.steps)

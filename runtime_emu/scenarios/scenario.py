@@ -10,7 +10,7 @@ calls them after the program and before the trace is built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from runtime_emu.device import COLLECTIVE, KERNEL, MEMCPY, MEMSET, Kernel, Stream
 from runtime_emu.presets import Preset
@@ -123,6 +123,82 @@ class Config:
         return self.params[name]
 
 
+#: How a boolean parameter may be written on a command line, in any case.
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+#: The word for an optional parameter left to the scenario (None in Python).
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario parameter: its type and default, so that a command line's text parses to the
+    value the program expects (`triple_buffer=False` is the boolean, not a non-empty string).
+
+    `default=None` with `optional=True` means "the scenario decides" (written `auto`);
+    `auto(ranks, values)` computes such a default from the run's other choices instead, so a
+    default never makes an otherwise valid world size invalid.
+    """
+
+    type: type
+    default: Any
+    help: str
+    choices: Sequence[Any] = ()
+    optional: bool = False
+    minimum: int | None = None
+    auto: Callable[[int, Mapping[str, Any]], Any] | None = None
+
+    def type_name(self) -> str:
+        if self.choices:
+            return "|".join(map(str, self.choices))
+        return {bool: "bool", int: "int", float: "float", str: "str"}.get(self.type, self.type.__name__)
+
+    def default_text(self) -> str:
+        return self.text(self.default)
+
+    def text(self, value: Any) -> str:
+        """`value` as a command line writes it (what `parse` reads back)."""
+        if value is None:
+            return AUTO
+        return str(value).lower() if isinstance(value, bool) else str(getattr(value, "name", value))
+
+    def parse(self, name: str, text: str) -> Any:
+        """The value `text` (from a command line) stands for; ValueError names what is accepted."""
+        word = text.strip().lower()
+        if (self.optional or self.auto is not None) and word in (AUTO, "none"):
+            return None
+        if self.type is bool:
+            if word in TRUE_WORDS or word in FALSE_WORDS:
+                return word in TRUE_WORDS
+            raise ValueError(f"{name} must be true or false (or yes/no, 1/0), got {text!r}")
+        if self.type in (int, float):
+            try:
+                value = self.type(text)
+            except ValueError:
+                raise ValueError(f"{name} must be {'an integer' if self.type is int else 'a number'}, "
+                                 f"got {text!r}") from None
+        else:
+            value = text
+        return self.validate(name, value)
+
+    def validate(self, name: str, value: Any) -> Any:
+        """`value` when it has this parameter's type (ints stand for floats), else ValueError."""
+        if value is None and (self.optional or self.auto is not None):
+            return None
+        ok = isinstance(value, self.type) and (self.type is bool or not isinstance(value, bool))
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            ok, value = True, float(value)
+        if not ok:
+            what = {bool: "true or false", int: "an integer", float: "a number"}.get(self.type, "a string")
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+        if self.choices and value not in self.choices:
+            *rest, last = (repr(c) for c in self.choices)
+            allowed = f"{', '.join(rest)} or {last}" if rest else last
+            raise ValueError(f"{name} must be {allowed}{f' (or {AUTO})' if self.optional else ''}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"{name} must be >= {self.minimum}, got {value}")
+        return value
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A named workload: `program(rt, cfg)` drives a Runtime; `description` is its module docstring."""
@@ -132,15 +208,20 @@ class Scenario:
     program: Callable[["Runtime", Config], None]
     switches: frozenset[str]
     default_steps: int
-    #: The scenario's own parameters and their defaults (`run(name, batch=32)`).
-    params: Mapping[str, Any] = field(default_factory=dict)
+    #: The scenario's own parameters, typed, with their defaults (`run(name, batch=32)`).
+    params: Mapping[str, Param] = field(default_factory=dict)
     #: Default world size; single-rank scenarios accept only 1.
     ranks: int = 1
+    #: The default world size for the given parameters, when it follows them (8 NPUs per server).
+    ranks_for: Callable[[Mapping[str, Any]], int] | None = None
     multi_rank: bool = False
     #: Raises ValueError for parameter / switch combinations the program cannot run.
     check: Callable[[Config], None] | None = None
     #: Extra Runtime keyword arguments (a Topology for multi-rank jobs).
     runtime_options: Callable[[Config], dict[str, Any]] | None = None
+    #: About how many trace events a healthy run records (from measured runs), so that a caller
+    #: can say before a long run that it will be long.
+    size: Callable[[Config], int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "__doc__", self.description)  # help(scenario) shows its paragraph

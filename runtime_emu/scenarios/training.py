@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from runtime_emu import acl, hccl
 from runtime_emu.runtime import MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE
@@ -83,6 +83,18 @@ def run_job(rt: "Runtime", cfg: Config, model: Model, zero: bool) -> None:
                                model.prefetch_chunk_bytes)
     with hccl_runtime(rt):
         rt.run_ranks(lambda rank: _Rank(rt, cfg, model, zero, problems, rank).train())
+
+
+#: The rank slow-rank and leak act on unless `problem_rank` says: the fourth rank (of server 1
+#: when there are several servers, so that it is not on rank 0's server nor the slow NIC's rank).
+PROBLEM_RANK_HELP = "the rank slow-rank and leak act on; auto: rank 3 of the job (of server 1 with several servers)"
+
+
+def problem_rank(ranks: int, values: Mapping[str, Any]) -> int:
+    """The default `problem_rank` for a world of `ranks` (3 of 8, 11 of 2 x 8): always one of them."""
+    servers = max(1, values.get("servers", 1))
+    per = max(1, ranks // servers)
+    return min((per if servers > 1 else 0) + min(3, per - 1), ranks - 1)
 
 
 def check(cfg: Config) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from runtime_emu.runtime import MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE
 from runtime_emu.scenarios.problems import SWITCHES, Injector
-from runtime_emu.scenarios.scenario import Config, Scenario, jittered, launch_op
+from runtime_emu.scenarios.scenario import Config, Param, Scenario, jittered, launch_op
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
@@ -42,6 +42,7 @@ HEAD_OPS = 6  # three head Conv2D (each writes its head's output), then three in
 # the output stream's ConcatD can run beside a Sigmoid.
 SIGMOID_BLOCKS, CONCAT_BLOCKS = 16, 8
 SLOTS = 3
+EVENTS_PER_STEP = 620  # trace events of a healthy step (measured)
 #: Eager-mode Detect decode (launch-bound): per scale and anchor, (aten op, NPU op type).
 DECODE_OPS = [("aten::sigmoid", "Sigmoid"), ("aten::mul", "Mul"), ("aten::add", "Add"), ("aten::pow", "Pow"),
               ("aten::mul", "Mul"), ("aten::cat", "ConcatD")] * 9
@@ -221,4 +222,6 @@ def check(cfg: Config) -> None:
 
 SCENARIO = Scenario(
     name="yolo-pipeline", description=__doc__, program=program, switches=frozenset(SWITCHES), default_steps=6,
-    params={"triple_buffer": True}, check=check)
+    params={"triple_buffer": Param(bool, True, "three buffer slots and streams overlap preprocessing, the device and "
+                                                "NMS; false: the serial baseline, every stage waits for the last")},
+    check=check, size=lambda cfg: EVENTS_PER_STEP * cfg.steps)
