@@ -51,7 +51,7 @@ class Task:
 
     __slots__ = ("kind", "name", "stream", "corr", "launch_ns", "arrive_ns", "ready_ns", "start_ns", "end_ns",
                  "kernel", "blocks", "remaining", "cores", "bytes", "path", "event", "event_seq", "on_start",
-                 "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "waves", "extra")
+                 "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "waves", "extra", "record")
 
     def __init__(self, kind: str, name: str, stream: "Stream", corr: int, launch_ns: int) -> None:
         self.kind = kind
@@ -79,27 +79,57 @@ class Task:
         self.queue_blocked_ns = 0
         self.waves = 0
         self.extra: Any = None
+        # A wait: the correlation id of the record it captured (0: the event had none). A task
+        # whose cause is "event": that of the record that released the wait before it.
+        self.record = 0
 
 
 class Event:
-    """aclrtEvent: `record_seq` counts records issued by the host, `done_seq` records executed."""
+    """aclrtEvent, as AscendCL documents it for reusable events (and CUDA does).
 
-    __slots__ = ("id", "device", "record_seq", "done_seq", "done_ns", "waiters", "producer", "destroyed")
+    A record captures the work issued to its stream so far; a wait captures the latest record
+    issued before it, in host program order, and completes when that record has executed.
+    Later records do not affect it, and an event with no record yet has nothing to wait for.
+
+    Records are numbered in issue order (`record_seq` is the latest, `last_record` its
+    correlation id). Records on different streams can execute out of order, so the executed
+    ones are kept as a prefix (every record up to `done_seq` has executed) plus those beyond
+    it (`done_ahead`, usually empty). `waiters` are waits whose record has not executed yet.
+    """
+
+    __slots__ = ("id", "device", "record_seq", "last_record", "done_seq", "done_ahead", "done_ns", "waiters",
+                 "destroyed")
 
     def __init__(self, event_id: int, device: "Device") -> None:
         self.id = event_id
         self.device = device
         self.record_seq = 0
+        self.last_record = 0
         self.done_seq = 0
+        self.done_ahead: set[int] = set()
         self.done_ns = 0
         self.waiters: list[Task] = []
-        self.producer = ""  # kind of the task that ran just before the last executed record
         self.destroyed = False
+
+    def executed(self, seq: int) -> bool:
+        """Whether record number `seq` has executed (0, no record, always has)."""
+        return seq <= self.done_seq or seq in self.done_ahead
+
+    def record_done(self, seq: int) -> None:
+        """Record number `seq` has executed."""
+        if seq != self.done_seq + 1:
+            self.done_ahead.add(seq)
+            return
+        ahead = self.done_ahead
+        while seq + 1 in ahead:
+            seq += 1
+            ahead.remove(seq)
+        self.done_seq = seq
 
 
 class Stream:
     __slots__ = ("id", "device", "priority", "queue", "busy", "pending", "capacity", "destroyed", "last_end_ns",
-                 "last_kind", "last_cause", "last_producer", "qcode")
+                 "last_kind", "last_cause", "last_producer", "last_record", "qcode")
 
     def __init__(self, stream_id: int, device: "Device", priority: int, capacity: int) -> None:
         self.id = stream_id
@@ -114,6 +144,7 @@ class Stream:
         self.last_kind = ""
         self.last_cause = ""
         self.last_producer = ""
+        self.last_record = 0  # the `record` of the task that finished last
         self.qcode = -1  # recorder string code of the stream's queue-depth counter, set by the runtime
 
 

@@ -61,8 +61,11 @@ from runtime_emu.recorder import (
 from runtime_emu.topology import Topology
 
 #: The ground-truth fields recorded per finished device task.
+#: `record` is the correlation id of an event record: for a wait, the record it captured (None:
+#: the event had none); for a task a wait held back (cause "event"), the record that wait waited
+#: for; None for every other task.
 _GT_FIELDS = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "arrive_ns", "ready_ns", "start_ns",
-              "end_ns", "cause", "producer", "queue_blocked_ns")
+              "end_ns", "cause", "producer", "queue_blocked_ns", "record")
 
 # aclrtMemcpyKind
 MEMCPY_HOST_TO_HOST: Final = 0
@@ -336,7 +339,7 @@ class Runtime:
         if task.arrive_ns >= stream.last_end_ns:
             task.cause = "launch"  # the device had nothing queued: it waited for the host
         elif stream.last_kind == WAIT and stream.last_cause == "event":
-            task.cause, task.producer = "event", stream.last_producer
+            task.cause, task.producer, task.record = "event", stream.last_producer, stream.last_record
         elif stream.last_kind == MEMCPY:
             task.cause = "copy"
         else:
@@ -355,18 +358,29 @@ class Runtime:
             self._task_started(task)
             ev = task.event
             assert ev is not None, "a record task has its event"
-            ev.done_seq = max(ev.done_seq, task.event_seq)
+            seq = task.event_seq
+            ev.record_done(seq)
             ev.done_ns = now
-            ev.producer = stream.last_kind or "none"
-            waiters, ev.waiters = ev.waiters, []
+            # Only the waits that captured this very record go: a wait captured the latest record
+            # issued before it, and a later record (or an earlier one) must not release it.
+            released: list[Task] = []
+            if ev.waiters:
+                kept: list[Task] = []
+                for w in ev.waiters:
+                    if w.event_seq == seq:
+                        released.append(w)
+                    else:
+                        kept.append(w)
+                ev.waiters = kept
+            producer = stream.last_kind or "none"  # what ran on the record's stream just before it
             self._task_finished(task)
-            for w in waiters:
-                self._event_ready(w)
+            for w in released:
+                self._event_ready(w, producer)
         elif kind == WAIT:
             ev = task.event
             assert ev is not None, "a wait task has its event"
             self._task_started(task)
-            if ev.done_seq >= task.event_seq:
+            if ev.executed(task.event_seq):
                 task.extra = "satisfied"
                 self._task_finished(task)
             else:
@@ -379,11 +393,11 @@ class Runtime:
         else:  # pragma: no cover - every kind is handled above
             raise AclError(E.ACL_ERROR_RT_INTERNAL_ERROR, f"unknown task kind {kind}")
 
-    def _event_ready(self, task: Task) -> None:
+    def _event_ready(self, task: Task, producer: str) -> None:
+        """The record a wait captured has executed: the wait ends now. `producer` is the kind of
+        the task that ran before that record on its stream."""
         task.extra = "waited"
-        ev = task.event
-        assert ev is not None, "a wait task has its event"
-        task.producer = ev.producer
+        task.producer = producer
         self._task_finished(task)
 
     def _task_started(self, task: Task) -> None:
@@ -409,10 +423,12 @@ class Runtime:
         waited = task.kind == WAIT and task.extra == "waited"
         stream.last_cause = "event" if waited else task.cause
         stream.last_producer = task.producer
+        record = task.record
+        stream.last_record = record
         dev = stream.device
         self._gt.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
                          task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
-                         task.queue_blocked_ns))
+                         task.queue_blocked_ns, record or None))
         if self.sw.task_time:
             self._record_task(task, now)
             if self.queue_depth_counters:
@@ -679,6 +695,9 @@ class Runtime:
         return event
 
     def record_event(self, event: Handle, stream: Handle = None) -> None:
+        """aclrtRecordEvent: capture the work issued to `stream` so far (the record runs on the
+        stream after it). Recording again re-captures: waits issued from then on wait for the
+        new record, waits issued before keep the record they captured."""
         th = self._enter()
         event = self._check_event(event)
         stream = self._check_stream(th, stream)
@@ -686,24 +705,33 @@ class Runtime:
         event.record_seq += 1
         task = self._new_task(RECORD, "EVENT_RECORD", stream, t0)
         task.event, task.event_seq = event, event.record_seq
+        event.last_record = task.corr
         self._launch(th, task, "aclrtRecordEvent", t0)
 
     def stream_wait_event(self, stream: Handle, event: Handle) -> None:
+        """aclrtStreamWaitEvent: the work issued to `stream` after this call starts only once the
+        most recent record_event(event, ...) made before this call (in host program order) has
+        executed on its stream, whichever stream or device that is. Records made later do not
+        affect this wait. An event never recorded has captured nothing, so the wait completes at
+        once (AscendCL: a reusable event reports complete before its first record; CUDA: the
+        wait is a no-op)."""
         th = self._enter()
         event = self._check_event(event)
         stream = self._check_stream(th, stream)
         t0 = th.clock
         task = self._new_task(WAIT, "EVENT_WAIT", stream, t0)
-        # Waits for the latest record issued before this call; none issued: nothing to wait for.
         task.event, task.event_seq = event, event.record_seq
+        task.record = event.last_record
         self._launch(th, task, "aclrtStreamWaitEvent", t0)
 
     def synchronize_event(self, event: Handle) -> None:
+        """aclrtSynchronizeEvent: block the host until the most recent record of `event` made
+        before this call has executed (at once if it has none)."""
         th = self._enter()
         event = self._check_event(event)
         t0 = th.clock
         target = event.record_seq
-        self.coord.block(th, lambda: event.done_seq >= target, f"event {event.id} is never reached")
+        self.coord.block(th, lambda: event.executed(target), f"event {event.id} is never reached")
         self._sync_done(th, t0, "aclrtSynchronizeEvent", None)
 
     def synchronize_stream(self, stream: Handle = None) -> None:
