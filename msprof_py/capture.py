@@ -4,9 +4,10 @@
     emulate("yolo-pipeline", "profiling", problems=["leak"])           # msprof-py emulate ...
 
 The program runs as a child process, unchanged: the environment tells its `acl.init()` which
-switches to record (MSPROF_PY_EMU_CONFIG) and where to save (MSPROF_PY_CAPTURE_DIR, a staging
-directory inside the PROF dir; see `capture_agent`). When the child ends, however it ends,
-the staging data becomes the PROF dir's raw data and exports, and status.json / README.txt
+switches to record (MSPROF_PY_EMU_CONFIG) and the capture agent where to save
+(MSPROF_PY_CAPTURE_DIR, a staging directory inside the PROF dir), and a `sitecustomize` first
+on its PYTHONPATH hooks the agent into `acl.on_init` (see `capture_agent`). When the child
+ends, however it ends, the staging data becomes the PROF dir's raw data and exports, and status.json / README.txt
 say whether the run is complete and, if not, why.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from msprof_py import __version__, prof_dir
-from msprof_py.capture_agent import ENV_DIR, ENV_FLUSH_S
+from msprof_py.capture_agent import BOOT_DIR, ENV_DIR, ENV_FLUSH_S
 from msprof_py.errors import MsprofError
 from msprof_py.trace import read_trace
 from runtime_emu.recorder import Switches
@@ -110,6 +111,8 @@ def capture(argv: list[str], output: str | Path, switches: Switches | None = Non
     config["switches"] = asdict(switches)
     env[ENV_CONFIG] = json.dumps(config)
     env[ENV_DIR] = str(staging.resolve())
+    # Every Python process of the program (children included) starts the agent from there.
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT_DIR), *filter(None, [env.get("PYTHONPATH")])])
     if flush_s is not None:
         env[ENV_FLUSH_S] = str(flush_s)
     prof_dir.write_status(prof, {

@@ -1,8 +1,11 @@
 """The profiled program's side of `msprof-py --application=...`.
 
-`runtime_emu.acl.init()` calls `attach(runtime)` when the environment variable
-MSPROF_PY_CAPTURE_DIR names a staging directory (the capture sets it; the program is not
-changed). From then on what the runtime records reaches that directory, one
+The capture runs the program unchanged, with MSPROF_PY_CAPTURE_DIR naming a staging directory
+and `msprof_py/_capture_boot` first on PYTHONPATH: that directory's `sitecustomize` calls
+`install()` as every Python process of the program starts, which adds `attach` to
+`runtime_emu.acl.on_init` once the program imports `runtime_emu.acl` (the runtime offers the
+hook; it never imports this module). So every acl.init() of the program attaches its runtime.
+From then on what the runtime records reaches that directory, one
 `session-{k}-{pid}/` per acl.init():
 
 - `trace.parquet`: the trace table, written at acl.finalize(), and before that as a periodic
@@ -19,6 +22,8 @@ Every file is written atomically, so the capture never finds a half-written one.
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.util
 import json
 import os
 import signal
@@ -27,8 +32,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-from msprof_py.trace.atomic import atomic_file
 
 ENV_DIR = "MSPROF_PY_CAPTURE_DIR"
 ENV_FLUSH_S = "MSPROF_PY_FLUSH_S"
@@ -53,6 +56,7 @@ class _Session:
     def save(self, trace: Any, *, final: bool, reason: str) -> None:
         """Write the trace, then the state that describes it (both atomically)."""
         from msprof_py.trace import write_trace
+        from msprof_py.trace.atomic import atomic_file
 
         write_trace(trace, self.dir / "trace.parquet")
         state = {"final": final, "reason": reason, "rows": len(trace), "pid": os.getpid(),
@@ -190,10 +194,56 @@ def recorded(runtime: Any) -> Any:
 
 
 _agent: _Agent | None = None
+ACL_MODULE = "runtime_emu.acl"
+#: The directory the capture puts first on PYTHONPATH: its sitecustomize calls install().
+BOOT_DIR = Path(__file__).resolve().parent / "_capture_boot"
+
+
+def install() -> None:
+    """Attach to every runtime this process starts, when the capture asked for it.
+
+    Runs at interpreter start-up in every Python process of the captured program, and most of
+    them (a `python -c` helper, a data loader) never start a runtime: so until the program
+    imports runtime_emu.acl this imports nothing but the standard library, and then only adds
+    `attach` to its `on_init` hooks.
+    """
+    if not os.environ.get(ENV_DIR):
+        return
+    acl = sys.modules.get(ACL_MODULE)
+    if acl is not None:
+        _hook(acl)
+    elif not any(isinstance(f, _HookOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HookOnImport())
+
+
+def _hook(acl: Any) -> None:
+    if attach not in acl.on_init:
+        acl.on_init.append(attach)
+
+
+class _HookOnImport(importlib.abc.MetaPathFinder):
+    """Finds runtime_emu.acl as the rest of sys.meta_path would, and hooks `attach` into the
+    module right after it has run (there is no post-import hook in the standard library)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != ACL_MODULE:
+            return None
+        sys.meta_path.remove(self)  # once is enough, and find_spec below must not come back here
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _hook(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def attach(runtime: Any) -> None:
-    """Record `runtime` into the capture's staging directory (called by acl.init())."""
+    """Record `runtime` into the capture's staging directory (an acl.on_init hook)."""
     global _agent
     directory = os.environ.get(ENV_DIR)
     if not directory:

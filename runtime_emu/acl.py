@@ -39,6 +39,10 @@ ACL_MEMCPY_DEVICE_TO_DEVICE = MEMCPY_DEVICE_TO_DEVICE
 ACL_SUCCESS = 0
 
 _current: Runtime | None = None
+#: Called with the new Runtime at every acl.init(), before the program's first runtime call: a
+#: profiler attaches here (as msprof attaches to CANN through its profiling switches), so the
+#: runtime never has to know which profiler, if any, is watching.
+on_init: list = []
 #: Called with the EmuResult when a program finalizes (the profiler's capture hooks in here).
 on_finalize: list = []
 
@@ -47,8 +51,8 @@ def init(**config: Any) -> Runtime:
     """Start an emulated runtime (aclInit). Keyword config goes to Runtime (seed, preset, ...).
 
     The environment variable MSPROF_PY_EMU_CONFIG may hold JSON config the capture sets
-    (`{"switches": {"task_time": false, ...}}` included); MSPROF_PY_CAPTURE_DIR, when set, makes
-    the capture agent save what the runtime records there.
+    (`{"switches": {"task_time": false, ...}}` included). Then every `on_init` hook is called
+    with the new runtime.
     """
     global _current
     if _current is not None and not _current.finished:
@@ -61,10 +65,8 @@ def init(**config: Any) -> Runtime:
     if isinstance(config.get("switches"), dict):  # JSON config names the switches
         config["switches"] = Switches(**config["switches"])
     _current = Runtime(**config)
-    if os.environ.get("MSPROF_PY_CAPTURE_DIR"):  # set by `msprof-py --application=...`
-        from msprof_py import capture_agent
-
-        capture_agent.attach(_current)
+    for hook in list(on_init):
+        hook(_current)
     return _current
 
 

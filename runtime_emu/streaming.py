@@ -42,10 +42,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from msprof_py.errors import MsprofError
 from msprof_py.trace.atomic import file_mode, parent_dir
 from msprof_py.trace.parquet import (
     ROW_GROUP_ROWS,
+    check_appendable_file,
     check_trace_directory,
     move_directory_into_place,
     parquet_options,
@@ -82,9 +82,8 @@ class TraceStream:
     def __init__(self, path: str | Path, world_size: int) -> None:
         self.path = Path(path)
         self.single_file = self.path.suffix == ".parquet"
-        if self.single_file and world_size > 1:
-            raise MsprofError(f"{self.path}: a {world_size}-rank trace is sorted by rank first and cannot be streamed "
-                              "into one file", hint="give a directory (rank-partitioned output) instead")
+        if self.single_file:
+            check_appendable_file(self.path, world_size)
         parent = parent_dir(self.path)
         if not self.single_file:
             check_trace_directory(self.path)

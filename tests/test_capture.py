@@ -156,6 +156,31 @@ def test_each_session_of_a_program_gets_its_own_prof_dir(tmp_path: Path, app_py:
         assert kinds(prof)["kernel"] == 4
 
 
+def test_the_agent_reaches_the_runtime_through_acl_on_init_in_every_python_process(
+        tmp_path: Path, app_py: Path, monkeypatch) -> None:
+    """The capture's sitecustomize hooks the agent into acl.on_init of the program and of a Python
+    child it starts, loads neither the emulator nor Arrow before the program imports the runtime,
+    and still runs the sitecustomize the program's own PYTHONPATH had."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    monkeypatch.setenv("PYTHONPATH", str(own))
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        "import os, subprocess, sys\n"
+        "assert os.environ.get('OWN_SITECUSTOMIZE') == 'ran'\n"
+        "assert not {'runtime_emu', 'pyarrow', 'msprof_py.trace'} & set(sys.modules), sorted(sys.modules)\n"
+        f"subprocess.run([sys.executable, {str(app_py)!r}, 'once', '1'], check=True)\n"
+        "from runtime_emu import acl\n"
+        "assert len(acl.on_init) == 1\n"
+        f"exec(open({str(app_py)!r}).read().replace('sys.argv[1], int(sys.argv[2])', '\"once\", 2'))\n")
+    result = runner.invoke(app, [f"--application=python {parent}", f"--output={tmp_path / 'out'}"])
+    assert result.exit_code == 0, result.output
+    profs = runs(tmp_path / "out")  # the child's session and the parent's, in pid order
+    assert sorted(kinds(p)["kernel"] for p in profs) == [2, 4]
+    assert {prof_dir.read_status(p)["status"] for p in profs} == {"complete"}
+
+
 def test_a_program_that_never_starts_the_runtime_gets_an_explained_empty_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["--application", "python -c 'print(1)'", "--output", str(tmp_path)])
     assert result.exit_code == 0

@@ -59,6 +59,14 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
         raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
 
 
+def check_appendable_file(path: Path, world_size: int) -> None:
+    """Refuse to append a multi-rank trace to one file as it is recorded: a file is sorted by
+    (rank, ts), and rows arriving in time order only keep that order for one rank."""
+    if world_size > 1:
+        raise MsprofError(f"{path}: a {world_size}-rank trace is sorted by rank first and cannot be streamed "
+                          "into one file", hint="give a directory (rank-partitioned output) instead")
+
+
 def check_trace_directory(path: Path) -> None:
     """Refuse to replace anything but a rank-partitioned trace directory."""
     if path.exists() and (not path.is_dir() or any(p for p in path.iterdir() if not p.name.startswith("rank="))):
