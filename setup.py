@@ -16,6 +16,7 @@ checkout runs the edited Python, with a warning to rebuild).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -26,8 +27,21 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-#: The modules compiled, in dependency order (runtime_emu/_compiled.json lists the same).
-COMPILED = ("engine", "links", "device", "host", "recorder", "runtime")
+
+
+def _compiled_list() -> tuple[str, ...]:
+    """The modules to compile, in dependency order: runtime_emu/_loader.py's COMPILED, read as a
+    literal (importing the package would need its dependencies before they are installed)."""
+    tree = ast.parse((ROOT / "runtime_emu" / "_loader.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id == "COMPILED" and node.value is not None:
+            return tuple(ast.literal_eval(node.value))
+    sys.exit("runtime_emu/_loader.py defines no COMPILED list")
+
+
+COMPILED = _compiled_list()
 SOURCES = [f"runtime_emu/{m}.py" for m in COMPILED]
 MODE = os.environ.get("MSPROF_PY_COMPILE", "auto").strip().lower()
 if MODE not in ("0", "1", "auto"):

@@ -22,6 +22,10 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 _PACKAGE = __name__.rpartition(".")[0]
+#: The modules mypyc compiles, in dependency order: the one list of them. setup.py reads it from
+#: this file's text (a literal, so the build needs no import of the package) and the tests check
+#: the build against it.
+COMPILED = ("engine", "links", "device", "host", "recorder", "runtime")
 #: How much faster the compiled core runs a simulation (README, benchmarks/bench_emulator.py).
 SPEEDUP = 2.6
 #: Why the pure-Python modules run, as `choose()` decided; None while the compiled core is used.
@@ -74,7 +78,9 @@ def choose() -> None:
         why = None
         pure_reason = "MSPROF_PY_PURE=1"
     else:
-        why = stale(names)
+        # A build of another list (an older checkout's) is not this core, whatever its hashes say.
+        why = stale(names) if sorted(names) == sorted(COMPILED) else \
+            f"built {', '.join(names)}, not {', '.join(sorted(COMPILED))}"
         if why is None:
             return
         pure_reason = f"compiled modules stale: {why}"
