@@ -237,7 +237,7 @@ class CorePool:
 
 class Device:
     __slots__ = ("rt", "id", "rank", "preset", "pools", "streams", "events", "memory", "caching", "pcie_h2d",
-                 "pcie_d2h", "hbm", "pid", "next_stream", "default_stream")
+                 "pcie_d2h", "hbm", "pid", "next_stream", "default_stream", "copy_stream")
     #: Stream 0, made by the runtime right after the device (it records the stream's name).
     default_stream: Stream
 
@@ -258,3 +258,5 @@ class Device:
         self.hbm = Link(f"{where}.hbm", preset.hbm_gbps, preset.copy_latency_ns)
         self.pid = 0
         self.next_stream = 0
+        #: The queue of synchronous copies (aclrtMemcpy), made by the runtime at the first one.
+        self.copy_stream: Stream | None = None

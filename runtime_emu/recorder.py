@@ -69,7 +69,7 @@ class Switches:
 
 #: Widths of the packed numeric buffers (int64 fields per row).
 TASK_W: Final = 16
-API_W: Final = 13
+API_W: Final = 17
 FLOW_W: Final = 9
 COUNTER_W: Final = 9
 NULL: Final = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
@@ -91,7 +91,8 @@ class Recorder:
     #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind,
     #: event_id, step
     tasks: bytearray = field(default_factory=bytearray)
-    #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks
+    #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks, blocked (code of why
+    #: the call held its thread past its own overhead), blocked_ns, src, dst (a copy's addresses)
     apis: bytearray = field(default_factory=bytearray)
     #: rank, is_finish, ts, pid, tid, corr, device, stream, step
     flows: bytearray = field(default_factory=bytearray)
@@ -165,11 +166,13 @@ class Recorder:
         if sort is not None:
             add(_meta(rank, pid, 0, "process_sort_index", '{"sort_index":%d}' % sort))
 
-    def name_thread(self, rank: int, pid: int, tid: int, name: str) -> None:
+    def name_thread(self, rank: int, pid: int, tid: int, name: str, attrs: str = "") -> None:
+        """`attrs`: more members of the thread_name args, as JSON text starting with a comma
+        (a stream's priority and queue depth, which its track has no other place for)."""
         if ("t", pid, tid) in self._named:
             return
         self._named.add(("t", pid, tid))
-        self.rows.append(_meta(rank, pid, tid, "thread_name", '{"name":%s}' % _q(name)))
+        self.rows.append(_meta(rank, pid, tid, "thread_name", '{"name":%s%s}' % (_q(name), attrs)))
         self.rows.append(_meta(rank, pid, tid, "thread_sort_index", '{"sort_index":%d}' % tid))
 
     # ------------------------------------------------------------------ finishing

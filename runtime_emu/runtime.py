@@ -90,6 +90,22 @@ Handle = Any  # a Stream / Event / Kernel handle (a stream may be None: the defa
 Integer = Any  # an integer: Python or numpy; anything else is ACL_ERROR_RT_PARAM_INVALID
 
 
+def _address(ptr: Any) -> int | None:
+    """A copy's source or destination as the trace records it: an address, or None for a
+    pointer the emulator does not model as one."""
+    return ptr if type(ptr) is int and ptr >= 0 else None
+
+
+def _json_text(text: str) -> str:
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _stream_attrs(stream: Stream) -> str:
+    """A stream's priority (0 highest) and queue depth (tasks it holds before a launch blocks)
+    as JSON members, for its create call's args and its track's name metadata."""
+    return ',"Priority":%d,"Queue Depth":%d' % (stream.priority, stream.capacity)
+
+
 def _integer(value: Any, what: str) -> int:
     """An API argument as an int, or the AclError for a non-integer."""
     if type(value) is int:
@@ -238,12 +254,15 @@ class Runtime:
     def api_overhead_ns(self) -> int:
         return self.preset.api_overhead_ns
 
-    def _new_stream(self, dev: Device, priority: int) -> Stream:
+    def _new_stream(self, dev: Device, priority: int, used_by: str = "") -> Stream:
+        """A stream; its track's name metadata carries its priority and queue depth, facts the
+        trace has no other place for (the default stream is made without an API call)."""
         s = Stream(dev.next_stream, dev, priority, dev.preset.queue_tasks)
         dev.next_stream += 1
         dev.streams[s.id] = s
         s.qcode = self.recorder.code(f"Queue depth stream {s.id}")
-        self.recorder.name_thread(dev.rank, dev.pid, s.id, f"Stream {s.id}")
+        self.recorder.name_thread(dev.rank, dev.pid, s.id, f"Stream {s.id}",
+                                  _stream_attrs(s) + (',"Used By":%s' % _json_text(used_by) if used_by else ""))
         return s
 
     # ================================================================ host side helpers
@@ -264,8 +283,14 @@ class Runtime:
         return th.device
 
     def _api(self, th: HostThread, name: str, t0: int, kind: str = "api", stream: Stream | None = None,
-             corr: int | None = None, nbytes: int | None = None, blocks: int | None = None) -> None:
-        """Record a host API slice [t0, th.clock] on the thread's track."""
+             corr: int | None = None, nbytes: int | None = None, blocks: int | None = None,
+             blocked: str | None = None, blocked_ns: int = 0, src: int | None = None, dst: int | None = None) -> None:
+        """Record a host API slice [t0, th.clock] on the thread's track: the whole time the call
+        held the thread, so it is recorded when the call returns. `blocked` says why the call
+        held the thread past its own overhead (a full queue, a copy, a synchronize) and
+        `blocked_ns` for how long; without them a reader would take a long slice for a slow
+        call. `src` / `dst`: a copy's addresses (dst also goes to the row's `addr`), so a copy
+        racing a kernel on the same buffer can be found."""
         if not self.sw.runtime_api:
             return
         dev = th.device
@@ -273,7 +298,9 @@ class Runtime:
         self.recorder.apis += API_ROW(
             th.rank, HOST_PID_BASE + th.rank, th.tid, strings[name], t0, th.clock - t0, strings[kind],
             NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
-            NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks)
+            NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks,
+            NULL if blocked is None or blocked_ns <= 0 else strings[blocked], blocked_ns if blocked_ns > 0 else NULL,
+            NULL if src is None else src, NULL if dst is None else dst)
 
     def _check_stream(self, th: HostThread, stream: Any) -> Stream:
         if stream is None:
@@ -284,8 +311,12 @@ class Runtime:
             raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT, f"stream {stream.id} was destroyed")
         return stream
 
-    def _launch(self, th: HostThread, task: Task, api: str, t0: int, kind: str = "launch", blocks: int | None = None) -> None:
-        """Common path of every task-creating call: queue space, overhead, flow, arrival."""
+    def _launch(self, th: HostThread, task: Task, api: str, t0: int, kind: str = "launch", blocks: int | None = None,
+                record_api: bool = True, src: int | None = None, dst: int | None = None) -> None:
+        """Common path of every task-creating call: queue space, overhead, flow, arrival.
+        The API slice covers a wait for queue space, with "queue full" as the reason; a call
+        that goes on holding its thread after the launch (a blocking copy) passes
+        `record_api=False` and records the slice itself when it returns."""
         stream = task.stream
         if stream.pending >= stream.capacity:
             blocked_from = th.clock
@@ -302,7 +333,10 @@ class Runtime:
         rec = self.recorder
         corr = task.corr
         if sw.runtime_api:
-            self._api(th, api, t0, kind, stream, corr, task.bytes or None, blocks)
+            if record_api:
+                self._api(th, api, t0, kind, stream, corr, task.bytes or None, blocks,
+                          "queue full" if task.queue_blocked_ns > 0 else None, task.queue_blocked_ns,
+                          src, dst)
             if sw.task_time:
                 rank = th.rank
                 rec.flows += FLOW_ROW(rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
@@ -539,9 +573,17 @@ class Runtime:
         if not 0 <= priority <= 7:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"stream priority must be 0..7 (0 highest), got {priority}")
         t0 = th.clock
-        stream = self._new_stream(self._device(th), priority)
+        dev = self._device(th)
+        stream = self._new_stream(dev, priority)
         th.clock += self.api_overhead_ns
-        self._api(th, "aclrtCreateStream", t0, stream=stream)
+        if self.sw.runtime_api:
+            # A full row: the stream's priority and queue depth go in its args (the packed API
+            # slices have no fields for them), so a stream that ran late because of its
+            # priority can be told from the trace.
+            self.recorder.rows.append((th.rank, "X", "aclrtCreateStream", "AscendCL", t0, th.clock - t0,
+                                       host_pid(th.rank), th.tid, None,
+                                       '{"Thread Id":%d,"Stream Id":%d%s}' % (th.tid, stream.id, _stream_attrs(stream)),
+                                       None, "api", dev.id, stream.id, None, None, None, None, th.step))
         return stream
 
     def destroy_stream(self, stream: Handle) -> None:
@@ -588,33 +630,67 @@ class Runtime:
         dest_max, count, kind = _integer(dest_max, "destMax"), _integer(count, "count"), _integer(kind, "kind")
         t0 = th.clock
         task, pageable = self._copy_task(th, dst, dest_max, src, count, kind, stream, t0)
+        src_addr, dst_addr = _address(src), _address(dst)
         if task is None:
             th.clock += int(count / HOST_MEMCPY_GBPS)
-            self._api(th, "aclrtMemcpyAsync", t0, nbytes=count)
+            self._api(th, "aclrtMemcpyAsync", t0, nbytes=count, blocked="copy", blocked_ns=th.clock - t0,
+                      src=src_addr, dst=dst_addr)
             return 0
-        self._launch(th, task, "aclrtMemcpyAsync", t0)
+        self._launch(th, task, "aclrtMemcpyAsync", t0, record_api=not pageable, src=src_addr, dst=dst_addr)
         if pageable:
-            # From pageable host memory the call returns only when the copy is done.
+            # From pageable host memory the call returns only when the copy is done, and its
+            # slice says so: a 5 us slice would show the host idle while it was held.
             start = th.clock
             self.coord.block(th, lambda: task.end_ns >= 0, f"pageable copy {task.corr}")
             self.gt_host_blocks.append((th.rank, th.tid, start, th.clock, "pageable_copy", stream.id, task.corr))
+            self._held(th, "aclrtMemcpyAsync", t0, "launch", task, "pageable host memory", th.clock - start,
+                       src_addr, dst_addr)
         return task.corr
 
     def memcpy(self, dst: Any, dest_max: Integer, src: Any, count: Integer, kind: Integer) -> None:
+        """aclrtMemcpy: copy now and return when the copy is done.
+
+        AscendCL documents that the call copies at once, with no implicit device or stream
+        synchronisation, and that it does not use the default stream. So the copy is not
+        ordered after work queued on any stream, the default one included: it runs on the
+        device's own copy queue (an internal stream, made at the first such copy) and may run
+        alongside kernels of every stream. A program that needs a kernel's result copied must
+        synchronize (or use aclrtMemcpyAsync on the kernel's stream) first. The API slice spans
+        the whole copy, its reason "copy"."""
         th = self._enter()
         dest_max, count, kind = _integer(dest_max, "destMax"), _integer(count, "count"), _integer(kind, "kind")
         dev = self._device(th)
-        stream = dev.default_stream
         t0 = th.clock
-        task, _ = self._copy_task(th, dst, dest_max, src, count, kind, stream, t0)
-        if task is None:
+        src_addr, dst_addr = _address(src), _address(dst)
+        task, _ = self._copy_task(th, dst, dest_max, src, count, kind, dev.default_stream, t0)
+        if task is None:  # host to host: the calling thread copies
             th.clock += int(count / HOST_MEMCPY_GBPS)
-            self._api(th, "aclrtMemcpy", t0, "sync", nbytes=count)
+            self._api(th, "aclrtMemcpy", t0, "sync", nbytes=count, blocked="copy", blocked_ns=th.clock - t0,
+                      src=src_addr, dst=dst_addr)
             return
-        self._launch(th, task, "aclrtMemcpy", t0, kind="sync")
+        stream = task.stream = self._copy_stream(dev)  # checked: now off the default stream
+        self._launch(th, task, "aclrtMemcpy", t0, kind="sync", record_api=False, src=src_addr, dst=dst_addr)
         start = th.clock
         self.coord.block(th, lambda: task.end_ns >= 0, f"copy {task.corr}")
         self.gt_host_blocks.append((th.rank, th.tid, start, th.clock, "sync_copy", stream.id, task.corr))
+        self._held(th, "aclrtMemcpy", t0, "sync", task, "copy", th.clock - start, src_addr, dst_addr)
+
+    def _held(self, th: HostThread, api: str, t0: int, kind: str, task: Task, reason: str, waited_ns: int,
+              src: int | None, dst: int | None) -> None:
+        """The API slice of a call that launched `task` and then held its thread `waited_ns`
+        for `reason`; a wait for queue space before the launch is added to it."""
+        if task.queue_blocked_ns > 0:
+            reason, waited_ns = "queue full; " + reason, waited_ns + task.queue_blocked_ns
+        self._api(th, api, t0, kind, task.stream, task.corr, task.bytes or None, None, reason, waited_ns, src, dst)
+
+    def _copy_stream(self, dev: Device) -> Stream:
+        """The device's queue for synchronous copies (aclrtMemcpy), apart from every stream the
+        program can name: such a copy waits for no stream's work (AscendCL documents no
+        implicit synchronisation), only for earlier synchronous copies of the device."""
+        stream = dev.copy_stream
+        if stream is None:
+            stream = dev.copy_stream = self._new_stream(dev, 0, "aclrtMemcpy")
+        return stream
 
     def _copy_task(self, th: HostThread, dst: Any, dest_max: int, src: Any, count: int, kind: int,
                    stream: Stream, t0: int) -> tuple[Task | None, bool]:
@@ -750,10 +826,11 @@ class Runtime:
         self._sync_done(th, t0, "aclrtSynchronizeDevice", None)
 
     def _sync_done(self, th: HostThread, t0: int, name: str, stream: Stream | None) -> None:
-        if th.clock > t0:
+        waited = th.clock - t0
+        if waited > 0:
             self.gt_host_blocks.append((th.rank, th.tid, t0, th.clock, "sync", stream.id if stream else None, None))
         th.clock += self.preset.sync_overhead_ns
-        self._api(th, name, t0, "sync", stream=stream)
+        self._api(th, name, t0, "sync", stream=stream, blocked="synchronize", blocked_ns=waited)
 
     # ================================================================ API: memory
     def malloc(self, size: Integer, policy: Integer = 0, tag: str | None = None) -> int:

@@ -126,9 +126,14 @@ _API_PROJECTION = _projection({
     "args": _cat('{"Thread Id":', _str(_API_TID),
                  pc.if_else(pc.equal(_field(8), NULL), pc.scalar(""), _cat(',"Stream Id":', _str(_field(8)))),
                  pc.if_else(pc.equal(_field(12), NULL), pc.scalar(""), _cat(',"Block Dim":', _str(_field(12)))),
+                 # Why the call held its thread past its own overhead, and for how long.
+                 pc.if_else(pc.equal(_field(13), NULL), pc.scalar(""),
+                            _cat(',"Blocked":"', pc.field("blocked"), '","Blocked (ns)":', _str(_field(14)))),
+                 pc.if_else(pc.equal(_field(15), NULL), pc.scalar(""), _cat(',"Src Addr":', _str(_field(15)))),
+                 pc.if_else(pc.equal(_field(16), NULL), pc.scalar(""), _cat(',"Dst Addr":', _str(_field(16)))),
                  "}"),
     "kind": _field(6).cast(_I32), "device": _num(7, _I32), "stream": _num(8, _I32), "corr": _num(9),
-    "bytes": _num(10), "step": _num(11, _I32),
+    "bytes": _num(10), "addr": _num(16), "step": _num(11, _I32),
 })
 
 _FLOW_PROJECTION = _projection({
@@ -194,7 +199,9 @@ def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array,
                              ("counters", _COUNTER_PROJECTION)):
         g = buffers[name]
         if g is not None:
-            out.append((_source(g), projection))
+            # An API slice's blocking reason is a string code, decoded for its args.
+            inputs = {"blocked": strings.take(pa.array(np.maximum(g[:, 13], 0)))} if name == "apis" else None
+            out.append((_source(g, inputs), projection))
             positions.append((start, len(g), None))
             start += len(g)
     return [acero.Declaration.from_sequence([src, acero.Declaration("project", proj)]) for src, proj in out], positions

@@ -397,7 +397,8 @@ def test_recorder_counts_its_packed_rows_and_starts_over_after_building_the_tabl
     rec = rt.recorder
     # 30 launches: API slice, flow start, queue counter at launch; flow end, task, counter at finish.
     assert (len(rec.apis) // 8, len(rec.flows) // 8, len(rec.counters) // 8, len(rec.tasks) // 8) == (
-        (3 + 30) * 13, 60 * 9, 60 * 9, 30 * 16)  # set_device, create_stream, synchronize_stream + launches
+        (2 + 30) * 17, 60 * 9, 60 * 9, 30 * 16)  # set_device, synchronize_stream + launches (create_stream
+    # is a full row: its args carry the stream's priority and queue depth)
     n = len(rec)
     table = rt.finish().trace.table
     assert table.num_rows == n

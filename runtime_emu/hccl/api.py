@@ -140,14 +140,16 @@ def _join(rt, th, st: C.HcclState, key: Any, n_ranks: int, rank: int, t0: int, a
         raise _param(f"{api}: global rank {th.rank} joined {key} twice")
     rv.members[rank] = th.rank
     rv.join_ns = max(rv.join_ns, th.clock)
+    arrived = th.clock
     if len(rv.members) == n_ranks:
         rv.group = st.new_group(tuple(rv.members[i] for i in range(n_ranks)))
     else:
         rt.coord.block(th, lambda: rv.group is not None, f"{api} waits for all {n_ranks} ranks of {key} to join")
     # Every member leaves together: the rendezvous ends with the last join.
+    waited = max(th.clock, rv.join_ns) - arrived
     th.clock = max(th.clock, rv.join_ns) + C.COMM_INIT_NS
     st.inits.append((th.rank, t0, th.clock, rv.group.id))
-    rt._api(th, api, t0, "sync")
+    rt._api(th, api, t0, "sync", blocked="waiting for the other ranks", blocked_ns=waited)
     return C.Comm(rv.group, rank, th.rank)
 
 
