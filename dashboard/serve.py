@@ -47,6 +47,22 @@ def load(paths: list[Path], console: Console | None = None):
     return store
 
 
+def warm_up(app, store) -> None:
+    """Serve the app's own start-up requests and draw each trace's opening timeline once before
+    the URL is printed: the first visitor then does not pay for Dash building its index and
+    dependency list, plotly building its template, or the first figure's imports."""
+    import dash
+
+    with app.server.test_client() as client:
+        for path in ("/", "/_dash-layout", "/_dash-dependencies"):
+            client.get(path)
+    timeline = next(p["layout"] for p in dash.page_registry.values() if p["path"] == "/timeline")
+    with app.server.test_request_context("/timeline"):
+        for entry in store.entries:
+            if entry.dataset is not None:
+                timeline(trace=str(entry.index))
+
+
 def serve(paths: list[Path], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, debug: bool = False) -> None:
     from dashboard.app import create_app
 
@@ -55,6 +71,7 @@ def serve(paths: list[Path], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
         raise MsprofError(f"--port must be 1..65535, got {port}")
     store = load(paths)
     app = create_app(store)
+    warm_up(app, store)
     url = f"http://{host}:{port}/"
     print(f"dashboard: {url}  (Ctrl+C stops it)", flush=True)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
