@@ -21,7 +21,7 @@ import dash
 import flask
 from dash import Input, Output, dcc, html
 
-from dashboard.data import Entry, Store
+from dashboard.data import Store
 from dashboard.pages import PAGES, common
 
 STORE_KEY = "msprof_store"
@@ -93,7 +93,3 @@ def _assets() -> str:
     from pathlib import Path
 
     return str(Path(__file__).with_name("assets"))
-
-
-def entry_label(entry: Entry) -> str:
-    return entry.label

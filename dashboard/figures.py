@@ -329,7 +329,7 @@ def _outline(fig: _Figure, boxes: list[tuple[int, int, int]], origin: int) -> in
 def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin: int) -> int:
     """The findings lane (around y = -1): a bar per finding over its window, coloured by severity;
     findings whose windows overlap get rows of their own (up to `FINDING_ROWS`)."""
-    shown = sorted((m for m in markers if m.start_ns <= t1 and m.end_ns >= t0), key=lambda m: (m.start_ns, -m.end_ns))
+    shown = sorted(markers, key=lambda m: (m.start_ns, -m.end_ns))  # the caller kept those in the window
     if not shown:
         return 0
     ends: list[int] = []

@@ -66,12 +66,6 @@ class LaneView:
     counts: np.ndarray | None = None
 
     @property
-    def shapes(self) -> int:
-        if self.events is not None:
-            return int(len(self.events))
-        return int(np.count_nonzero(self.drawn))
-
-    @property
     def drawn(self) -> np.ndarray:
         """Buckets with anything in them (time covered, or an event starting there)."""
         return (self.busy > 0) | (self.counts > 0)
