@@ -14,27 +14,40 @@ registered on the app instance, so two apps in one process never share state).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs
 
 import dash
 import flask
 from dash import Input, Output, dcc, html
+from plotly.offline import get_plotlyjs_version
 
 from dashboard.data import Store
 from dashboard.pages import PAGES, common
 
 STORE_KEY = "msprof_store"
+#: The plotly.js the pages load: a bundle of the trace types the dashboard draws (`dashboard/js/`),
+#: one fifth of the full plotly.min.js in compile time. It is a plain script of the page, so
+#: dcc.Graph finds `window.Plotly` and never fetches Dash's full plotly.min.js (Dash's
+#: `eager_loading` would load plotly.js early too, but with every lazy chunk of every component
+#: library: 16 MB of JavaScript with MathJax and AG Grid Enterprise, which doubles the first load).
+PLOTLY_BUNDLE = Path(__file__).with_name("static") / f"plotly-{get_plotlyjs_version()}-msprof.min.js"
+PLOTLY_ROUTE = f"/_msprof/{PLOTLY_BUNDLE.name}"
 log = logging.getLogger("dashboard")
 
 
 def create_app(store: Store, *, title: str = "msprof-py dashboard") -> dash.Dash:
     """A Dash app over `store` (debug stays off: errors show as one-line panels, never tracebacks)."""
-    # eager_loading: plotly.js (4.8 MB) loads with the page's other scripts instead of after the
-    # first layout round trip, which shortens the first, cold draw of the timeline.
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title=title, update_title=None,
-                    suppress_callback_exceptions=True, assets_folder=_assets(), eager_loading=True)
+                    suppress_callback_exceptions=True, assets_folder=_assets(),
+                    external_scripts=[PLOTLY_ROUTE] if PLOTLY_BUNDLE.is_file() else [])
+    if not PLOTLY_BUNDLE.is_file():
+        log.warning("no plotly.js bundle for plotly.js %s (%s): pages load the full plotly.js, a slower first "
+                    "load; rebuild it as dashboard/js/README.md says", get_plotlyjs_version(), PLOTLY_BUNDLE.name)
     app.server.config[STORE_KEY] = store
+    # One fixed file: no part of a request's path is ever joined to a directory.
+    app.server.add_url_rule(PLOTLY_ROUTE, "plotly_bundle", _plotly_bundle)
     for module in PAGES:
         dash.register_page(module.__name__, path=module.PATH, name=module.NAME, title=f"{module.NAME} · {title}",
                            layout=_page(module), order=PAGES.index(module))
@@ -89,7 +102,11 @@ def _status(store: Store) -> str:
     return f"{ok} trace{'s' if ok != 1 else ''} loaded" + (f", {bad} unreadable" if bad else "")
 
 
-def _assets() -> str:
-    from pathlib import Path
+def _plotly_bundle() -> flask.Response:
+    if not PLOTLY_BUNDLE.is_file():
+        flask.abort(404)
+    return flask.send_file(PLOTLY_BUNDLE, mimetype="text/javascript", max_age=365 * 86400)
 
+
+def _assets() -> str:
     return str(Path(__file__).with_name("assets"))

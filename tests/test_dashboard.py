@@ -20,7 +20,9 @@ import pytest
 from conftest import console_errors
 from typer.testing import CliRunner
 
-from dashboard.app import create_app
+from plotly.offline import get_plotlyjs_version
+
+from dashboard.app import PLOTLY_BUNDLE, PLOTLY_ROUTE, create_app
 from dashboard.data import Store
 from dashboard.figures import merge_runs, timeline_figure
 from dashboard.lod import LaneIndex
@@ -269,7 +271,19 @@ def test_every_page_opens_without_console_errors(dash_duo, store):
     dash_duo.wait_for_page(f"{dash_duo.server_url}/memory?trace=1")
     dash_duo.wait_for_element("#mem-curves", timeout=20)
     assert dash_duo.find_element("#nav-timeline").get_attribute("href").endswith("/timeline?trace=1")
+    # The pages draw with the dashboard's plotly.js bundle, never Dash's full plotly.min.js.
+    scripts = dash_duo.driver.execute_script(
+        "return [window.Plotly && Plotly.version, performance.getEntriesByType('resource').map(e => e.name)]")
+    assert scripts[0] == get_plotlyjs_version()
+    assert [u for u in scripts[1] if "plotly" in u.rsplit("/", 1)[-1]] == [dash_duo.server_url + PLOTLY_ROUTE]
     assert console_errors(dash_duo) == []
+
+
+def test_the_plotly_bundle_matches_the_plotly_package():
+    # A plotly upgrade without a rebuilt bundle (dashboard/js/README.md) fails here.
+    assert PLOTLY_BUNDLE.is_file(), f"rebuild {PLOTLY_BUNDLE.name} as dashboard/js/README.md says"
+    head = PLOTLY_BUNDLE.read_text(encoding="utf-8")[:200]
+    assert head.startswith(f"/*! plotly.js v{get_plotlyjs_version()} (core, bar, heatmap, scattergl)")
 
 
 def test_clicking_a_finding_opens_the_timeline_on_its_window(dash_duo, store):
