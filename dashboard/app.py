@@ -34,6 +34,33 @@ STORE_KEY = "msprof_store"
 #: library: 16 MB of JavaScript with MathJax and AG Grid Enterprise, which doubles the first load).
 PLOTLY_BUNDLE = Path(__file__).with_name("static") / f"plotly-{get_plotlyjs_version()}-msprof.min.js"
 PLOTLY_ROUTE = f"/_msprof/{PLOTLY_BUNDLE.name}"
+
+#: Dash's page with two small scripts around its bundles. Dash loads babel-polyfill 7 (core-js 2),
+#: which judges today's `parseInt` / `parseFloat` / `String.prototype.trim` non-compliant (U+180E
+#: stopped being white space in Unicode 6.3) and swaps in JavaScript versions; plotly.js parses
+#: every colour it styles with them, which was a tenth of a zoom's redraw time. The first script
+#: keeps the browser's own functions, the second puts back any the polyfill replaced.
+INDEX = """<!DOCTYPE html>
+<html>
+    <head>
+        <script>window.__msprofNatives = [[window, "parseInt", parseInt], [window, "parseFloat", parseFloat],
+            [Number, "parseInt", Number.parseInt], [Number, "parseFloat", Number.parseFloat],
+            [String.prototype, "trim", String.prototype.trim]];</script>
+        {%metas%}
+        <title>{%title%}</title>
+        {%favicon%}
+        {%css%}
+    </head>
+    <body>
+        {%app_entry%}
+        <footer>
+            {%config%}
+            {%scripts%}
+            <script>for (const [o, k, f] of window.__msprofNatives) { if (o[k] !== f) { o[k] = f; } }</script>
+            {%renderer%}
+        </footer>
+    </body>
+</html>"""
 log = logging.getLogger("dashboard")
 
 
@@ -45,6 +72,7 @@ def create_app(store: Store, *, title: str = "msprof-py dashboard") -> dash.Dash
     if not PLOTLY_BUNDLE.is_file():
         log.warning("no plotly.js bundle for plotly.js %s (%s): pages load the full plotly.js, a slower first "
                     "load; rebuild it as dashboard/js/README.md says", get_plotlyjs_version(), PLOTLY_BUNDLE.name)
+    app.index_string = INDEX
     app.server.config[STORE_KEY] = store
     # One fixed file: no part of a request's path is ever joined to a directory.
     app.server.add_url_rule(PLOTLY_ROUTE, "plotly_bundle", _plotly_bundle)

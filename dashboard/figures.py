@@ -157,9 +157,9 @@ class _Figure:
             bottom = max(top - h / total, 0.0)
             self.layout[self._axis("x", r)] = {"anchor": self._ref("y", r), "domain": [0, 1], "showspikes": False,
                                                **({} if r == 1 else {"matches": "x"}),
-                                               "showticklabels": r == self.rows}
-            self.layout[self._axis("y", r)] = {"anchor": self._ref("x", r), "domain": [round(bottom, 6),
-                                                                                       round(top, 6)]}
+                                               "showticklabels": r == self.rows, "ticklabeloverflow": "allow"}
+            self.layout[self._axis("y", r)] = {"anchor": self._ref("x", r), "domain": [round(bottom, 6), round(top, 6)],
+                                               "ticklabeloverflow": "allow"}
             top = bottom - self.GAP_PX / total
         self.layout[self._axis("x", self.rows)]["title"] = {"text": "time since trace start (ms)"}
 
@@ -223,7 +223,7 @@ def _slices(fig: _Figure, index, views: list[LaneView], origin: int, px_ms: floa
         fig.add({"type": "scatter", "x": np.column_stack([ra, rb, rb, ra, nan]).ravel(),
                  "y": np.column_stack([ry - SLICE_HALF, ry - SLICE_HALF, ry + SLICE_HALF, ry + SLICE_HALF,
                                        nan]).ravel(),
-                 "mode": "lines", "fill": "toself", "fillcolor": colour, "line": {"width": 0, "color": colour},
+                 "mode": "none", "fill": "toself", "fillcolor": colour, "line": {"width": 0, "color": colour},
                  "name": kind, "legendgroup": kind, "hoverinfo": "skip", "meta": "slices"})
         order = np.lexsort(((a + b) / 2, y))
         fig.add({"type": "scatter", "x": ((a + b) / 2)[order], "y": y[order], "mode": "none", "name": kind,
@@ -355,7 +355,7 @@ def _findings_lane(fig: _Figure, markers: list[Marker], t0: int, t1: int, origin
         nan = np.full(len(a), np.nan)
         colour = SEVERITY_COLOURS[sev]
         fig.add({"type": "scatter", "x": np.column_stack([a, b, b, a, nan]).ravel(),
-                 "y": np.column_stack([top, top, bottom, bottom, nan]).ravel(), "mode": "lines", "fill": "toself",
+                 "y": np.column_stack([top, top, bottom, bottom, nan]).ravel(), "mode": "none", "fill": "toself",
                  "fillcolor": colour, "opacity": 0.75, "line": {"width": 0, "color": colour},
                  "name": f"{sev} finding", "legendgroup": f"finding-{sev}", "hoverinfo": "skip", "meta": "findings"})
         # Hover at the middle of each bar's visible part.
