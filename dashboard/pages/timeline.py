@@ -30,7 +30,7 @@ NAME = "Timeline"
 #: Counter tracks shown first (the user picks others): matched on the series name.
 DEFAULT_COUNTERS = re.compile(r"memory (allocated|reserved)|queue depth|GB/s", re.IGNORECASE)
 MAX_DEFAULT_COUNTERS = 3
-GRAPH_CONFIG = {"scrollZoom": True, "displaylogo": False, "doubleClick": "reset",
+GRAPH_CONFIG = {"scrollZoom": True, "displaylogo": False, "doubleClick": "reset", "responsive": True,
                 "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
 
 
@@ -101,10 +101,15 @@ def layout(store: Store, entry, params: dict[str, Any]):
             html.Button("Whole trace", id="tl-reset", className="button"),
             html.Span(id="tl-info", className="hint", children=_info(fig)),
         ], className="controls"),
-        dcc.Graph(id="tl-graph", figure=fig, config=GRAPH_CONFIG, className="timeline-graph"),
+        # The plot is drawn by DRAW_JS from the tl-figure store, not by a dcc.Graph (see DRAW_JS).
+        html.Div(html.Div(id="tl-plot"), id="tl-graph", className="timeline-graph"),
         html.Div(_details(ds, selected), id="tl-details", className="details"),
+        dcc.Store(id="tl-figure", data=fig),
+        dcc.Store(id="tl-drawn"),
+        dcc.Store(id="tl-config", data=GRAPH_CONFIG),
         dcc.Store(id="tl-state", data=state),
         dcc.Store(id="tl-window"),
+        dcc.Store(id="tl-click"),
     ])
 
 
@@ -148,31 +153,62 @@ def _details(ds: Dataset, row: int | None):
     return html.Table(rows, className="kv", id="tl-selected")
 
 
-#: Turns the graph's relayout events into the x window asked for, in the browser: only a zoom,
-#: pan or reset reaches the server. Other relayouts (autosize on resize, hover settings) must not,
-#: since a newer request for the same callback makes Dash drop the answer to an older one -- the
-#: zoom would be lost.
-WINDOW_JS = """
-function(relayout, resetClicks) {
-    const trig = dash_clientside.callback_context.triggered.map(t => t.prop_id);
-    if (trig.some(p => p.startsWith('tl-reset'))) { return {reset: Date.now()}; }
-    if (!relayout) { return dash_clientside.no_update; }
-    for (const [k, v] of Object.entries(relayout)) {
-        let m = k.match(/^(xaxis\\d*)\\.range$/);
-        if (m && Array.isArray(v) && v.length === 2) { return {range: [Number(v[0]), Number(v[1])]}; }
-        m = k.match(/^(xaxis\\d*)\\.range\\[0\\]$/);
-        if (m && relayout[m[1] + '.range[1]'] !== undefined) {
-            return {range: [Number(v), Number(relayout[m[1] + '.range[1]'])]};
-        }
-        if (/^xaxis\\d*\\.autorange$/.test(k) && v) { return {reset: Date.now()}; }
+#: Draws the timeline: `Plotly.react` on the tl-plot div whenever the server sends a figure.
+#:
+#: Not a dcc.Graph: on a zoom, dcc.Graph writes the new axis range back into its `figure` prop,
+#: which makes it re-plot the old figure (a full redraw of up to 20k shapes, 40% of a zoom of all
+#: ranks) just before the server's figure for the new window arrives. Here plotly draws the zoom
+#: once itself, and the events go to stores with `set_props`:
+#:   * a zoom, pan or reset -> tl-window ({range: [a, b]} in ms, or {reset: t}); other relayouts
+#:     (autosize, hover settings) send nothing, since a newer request for the same callback makes
+#:     Dash drop the answer to an older one and the zoom would be lost;
+#:   * a click -> tl-click, shaped like dcc.Graph's clickData.
+#: Returns the drawn figure's datarevision (tl-drawn), a state tests and benchmarks can wait on.
+DRAW_JS = """
+function(fig, config) {
+    const gd = document.getElementById('tl-plot');
+    if (!gd || !fig) { return dash_clientside.no_update; }
+    const prev = window.__msprofTimeline;
+    if (prev && prev !== gd && !document.body.contains(prev)) { Plotly.purge(prev); }
+    window.__msprofTimeline = gd;
+    Plotly.react(gd, fig.data, fig.layout, config);
+    if (!gd.__msprofBound) {
+        gd.__msprofBound = true;
+        gd.on('plotly_relayout', ev => {
+            const w = windowOf(ev || {});
+            if (w) { dash_clientside.set_props('tl-window', {data: w}); }
+        });
+        gd.on('plotly_click', ev => {
+            const p = ev && ev.points && ev.points[0];
+            if (!p) { return; }
+            dash_clientside.set_props('tl-click', {data: {t: Date.now(), points: [{
+                curveNumber: p.curveNumber, pointNumber: p.pointNumber, x: p.x, y: p.y,
+                customdata: p.customdata === undefined ? null : p.customdata}]}});
+        });
     }
-    return dash_clientside.no_update;
+    return fig.layout.datarevision;
+
+    function windowOf(relayout) {
+        for (const [k, v] of Object.entries(relayout)) {
+            let m = k.match(/^(xaxis\\d*)\\.range$/);
+            if (m && Array.isArray(v) && v.length === 2) { return {range: [Number(v[0]), Number(v[1])]}; }
+            m = k.match(/^(xaxis\\d*)\\.range\\[0\\]$/);
+            if (m && relayout[m[1] + '.range[1]'] !== undefined) {
+                return {range: [Number(v), Number(relayout[m[1] + '.range[1]'])]};
+            }
+            if (/^xaxis\\d*\\.autorange$/.test(k) && v) { return {reset: Date.now()}; }
+        }
+        return null;
+    }
 }
 """
 
+#: The "Whole trace" button: the same reset a double-click asks for.
+RESET_JS = "function(n) { return n ? {reset: Date.now()} : dash_clientside.no_update; }"
+
 
 def register(app, store: Store) -> None:
-    @app.callback(Output("url", "href", allow_duplicate=True), Input("tl-graph", "clickData"),
+    @app.callback(Output("url", "href", allow_duplicate=True), Input("tl-click", "data"),
                   State("tl-state", "data"), prevent_initial_call=True)
     def _open_finding(click, state):
         point = (click or {}).get("points", [{}])[0]
@@ -181,12 +217,14 @@ def register(app, store: Store) -> None:
             raise PreventUpdate
         return PATH + common.query(trace=state["trace"], finding=int(mark[1]))
 
-    app.clientside_callback(WINDOW_JS, Output("tl-window", "data"), Input("tl-graph", "relayoutData"),
-                            Input("tl-reset", "n_clicks"), prevent_initial_call=True)
+    app.clientside_callback(DRAW_JS, Output("tl-drawn", "data"), Input("tl-figure", "data"),
+                            State("tl-config", "data"))
+    app.clientside_callback(RESET_JS, Output("tl-window", "data"), Input("tl-reset", "n_clicks"),
+                            prevent_initial_call=True)
 
-    @app.callback(Output("tl-graph", "figure"), Output("tl-state", "data"), Output("tl-details", "children"),
+    @app.callback(Output("tl-figure", "data"), Output("tl-state", "data"), Output("tl-details", "children"),
                   Output("tl-info", "children"),
-                  Input("tl-window", "data"), Input("tl-graph", "clickData"), Input("tl-counters", "value"),
+                  Input("tl-window", "data"), Input("tl-click", "data"), Input("tl-counters", "value"),
                   State("tl-state", "data"), prevent_initial_call=True)
     def _update(window, click, counters, state):
         if not state:
@@ -205,7 +243,7 @@ def register(app, store: Store) -> None:
                     raise PreventUpdate
             else:
                 t0, t1 = ds.span
-        elif trig == "tl-graph":
+        elif trig == "tl-click":
             point = (click or {}).get("points", [{}])[0]
             row = point.get("customdata")
             if row is None or isinstance(row, list) or int(row) < 0:
