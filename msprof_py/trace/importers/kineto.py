@@ -1,7 +1,20 @@
-"""PyTorch profiler / Kineto traces (`*.pt.trace.json[.gz]`, CUDA and ROCm)."""
+"""PyTorch profiler / Kineto traces (`*.pt.trace.json[.gz]`): CUDA, ROCm, MTIA, HPU, XPU,
+PrivateUse1 backends, and accelerators Kineto does not know by name but whose plugin lays
+the trace out as Kineto does.
+
+Kineto names each event's category after its activity type (libkineto's `ActivityType`).
+Those categories fall in three groups, and so do unknown ones (see `_classify`):
+- host runtime calls (`*_runtime`, `*_driver`, `hpu_op`, ...): api, launch, sync, wait;
+- device work and device-side records, written with pid = device and tid = stream (or queue),
+  usually with "device" / "stream" args: kernel, memcpy, memset, collective, sync, marker;
+- other host activity (CPU ops, annotations, Python functions, overhead): api or marker.
+A launch is tied to its device work by the "correlation" arg both carry or, where a plugin
+writes no such arg, by the `ac2g` flow Kineto draws between them (id = correlation id).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -14,16 +27,41 @@ from msprof_py.trace.raw import RawEvents
 
 FORMAT = "kineto"
 
-_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
-_RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-_HOST_API_CATS = ("cpu_op", "python_function", "cuda_runtime", "cuda_driver", "user_annotation",
-                  "cpu_instant_event", "Runtime", "Operator")
+#: Host runtime / driver calls: the calls that put work on a device, wait for it, or manage it.
+#: ("Runtime" is what older ROCm builds of Kineto wrote.)
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "mtia_runtime", "glow_runtime", "hpu_op", "xpu_runtime",
+                "xpu_driver", "privateuse1_runtime", "privateuse1_driver", "Runtime")
+#: Any other category named like a runtime or a driver is one too: a new backend's plugin.
+_RUNTIME_NAME = re.compile(r"_(runtime|driver)$")
+#: Device categories -> kind; None: by the event's name (copies, fills and collectives that a
+#: backend writes as generic device events).
+DEVICE_CATS: dict[str, str | None] = {
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "mtia_ccp_events": None,
+    "collective_comm": "collective", "cuda_sync": "sync", "xpu_sync": "sync",
+    "gpu_user_annotation": "marker", "cuda_event": "marker", "mtia_insight": "marker",
+}
+#: Host activity that is not a runtime call: CPU ops, annotations, Python frames ("Operator":
+#: older ROCm builds) are api; the rest (instants, profiler overhead and ranges, counters,
+#: the profiler's own spans) stay markers.
+HOST_API_CATS = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event", "Operator")
+HOST_MARKER_CATS = ("external_correlation", "overhead", "cuda_profiler_range", "xpu_scope_profiler",
+                    "mtia_counters", "Trace", "ac2g", "fwdbwd", "async_task")
+#: Every category libkineto writes (ActivityType names), for format detection.
+KINETO_CATS = frozenset((*RUNTIME_CATS, *DEVICE_CATS, *HOST_API_CATS, *HOST_MARKER_CATS)) - {"Trace", "Runtime", "Operator"}
+
 _COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
+#: Generic device events whose name says they move or fill memory (MTIA DMA, "Memcpy ...").
+_COPY = r"memcpy|^dma"
+_FILL = r"memset"
+#: CUDA / HIP calls that put exactly one task on a stream: only these count as launches there,
+#: as in Holistic Trace Analysis (graph launches enqueue many tasks and stay "api").
 _SINGLE_TASK_LAUNCHES = (
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync",
     "cudaMemsetAsync", "cudaMemcpy2DAsync", "cudaMemcpyPeerAsync", "cudaMemsetD32Async", "hipLaunchKernel",
     "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream",
 )
+_NAMED_LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "Runtime")
+_WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 
 def looks_like(raw: RawEvents) -> bool:
@@ -31,7 +69,7 @@ def looks_like(raw: RawEvents) -> bool:
     if {"deviceProperties", "distributedInfo", "schemaVersion"} & raw.top.keys():
         return True
     cats = set(raw.cat.slice(0, 5000).to_pylist())
-    return bool(cats & {"cpu_op", "cuda_runtime", "kernel", "ac2g", "gpu_memcpy", "python_function"})
+    return bool(cats & KINETO_CATS)
 
 
 def rank_of(top: dict[str, Any]) -> tuple[int, int | None]:
@@ -48,65 +86,156 @@ def derive(raw: RawEvents) -> Typed:
     rank, _world = rank_of(raw.top)
     t.rank[:] = rank
     is_x = raw.is_in("ph", ("X",))
+    flows = _Ac2g(raw, t)
+    runtime_cats, device_cats = _classify(raw, is_x, flows)
 
-    dev = np.flatnonzero(is_x & raw.is_in("cat", _DEVICE_CATS))
+    dev = np.flatnonzero(is_x & raw.is_in("cat", tuple(device_cats)))
     dargs = common.int_args(raw, dev, {"device": "device", "stream": "stream", "corr": "correlation", "bytes": "bytes"})
-    # Kineto puts the device in pid and the stream in tid too; args win when present.
+    # Kineto writes device rows with pid = device and tid = stream (or queue); args win when present.
     t.set("device", dev, pc.coalesce(dargs["device"], pa.array(raw.pid[dev])))
     t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
-    t.set("corr", dev, dargs["corr"])
+    t.set("corr", dev, flows.fill(dev, dargs["corr"], "f"))
     t.set("bytes", dev, dargs["bytes"])
     # Kineto computes a copy's bandwidth from its exact duration; the event's `dur` may be
     # rounded to microseconds, so keep the profiler's figure as the row's value.
     copies = dev[raw.is_in("cat", ("gpu_memcpy", "gpu_memset"))[dev]]
     t.set("value", copies, common.float_args(raw, copies, "memory bandwidth (GB/s)"))
-    cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
-    kinds = kind_codes(len(dev), "marker")
-    kinds[cat_dev == "kernel"] = CODE["kernel"]
-    kinds[cat_dev == "gpu_memcpy"] = CODE["memcpy"]
-    kinds[cat_dev == "gpu_memset"] = CODE["memset"]
-    kinds[cat_dev == "cuda_sync"] = CODE["sync"]
-    names_dev = raw.take("name", dev)
-    kinds[(cat_dev == "cuda_sync") & mask_of(names_dev, ("Event Sync",))] = CODE["wait"]
-    t.kind[dev] = kinds
-    coll = dev[(cat_dev == "kernel") & matches(names_dev, _COLLECTIVE)]
-    t.kind[coll] = "collective"
+    t.kind[dev] = _device_kinds(raw, dev, device_cats)
 
-    rt = np.flatnonzero(is_x & raw.is_in("cat", _RUNTIME_CATS))
-    rt_corr_arr = common.int_args(raw, rt, {"corr": "correlation"})["corr"]
-    t.set("corr", rt, rt_corr_arr)
-    host_api = np.flatnonzero(is_x & raw.is_in("cat", _HOST_API_CATS))
+    rt = np.flatnonzero(is_x & raw.is_in("cat", tuple(runtime_cats)))
+    rt_corr = flows.fill(rt, common.int_args(raw, rt, {"corr": "correlation"})["corr"], "s")
+    t.set("corr", rt, rt_corr)
+    host_api = np.flatnonzero(is_x & raw.is_in("cat", HOST_API_CATS))
     t.kind[host_api] = "api"
     common.data_loading(raw, t, host_api)
-    launched = _launched_corrs(t)
-    rt_names = raw.take("name", rt)
-    # A launch is a call that puts exactly one task on a stream. Graph launches enqueue many
-    # (and Holistic Trace Analysis leaves them out of queue lengths too): they stay "api".
-    single = mask_of(rt_names, _SINGLE_TASK_LAUNCHES)
-    rt_kind = np.where(pc.is_in(rt_corr_arr, value_set=pa.array(launched, type=pa.int64())).fill_null(False)
-                       .to_numpy(zero_copy_only=False) & single, CODE["launch"], CODE["api"]).astype(np.int8)
-    rt_kind[contains(rt_names, "Synchronize")] = CODE["sync"]
-    # cudaMemcpy / cudaMemset without Async return only when the copy is done: the host waits.
-    blocking_copy = (matches(rt_names, r"^(cuda|hip)Mem(cpy|set)", ignore_case=False)
-                     & ~contains(rt_names, "Async") & ~contains(rt_names, "WithStream"))
-    rt_kind[blocking_copy] = CODE["sync"]
-    rt_kind[contains(rt_names, "StreamWaitEvent")] = CODE["wait"]
-    t.kind[rt] = rt_kind
+    t.kind[rt] = _runtime_kinds(raw, t, rt, rt_corr)
 
-    flows = np.flatnonzero(t.kind == "flow")
-    ac2g = flows[mask_of(raw.take("cat", flows), ("ac2g",))]
+    ac2g = np.flatnonzero((t.kind == "flow") & raw.is_in("cat", ("ac2g",)))
     t.set("corr", ac2g, common.flow_ids_as_int(raw, ac2g))
 
     common.memory_events(raw, t, ph, name)
-    host = np.ones(raw.__len__(), dtype=bool)
     device_rows = np.zeros(len(raw), dtype=bool)
     device_rows[dev] = True
-    host &= ~device_rows
-    common.steps(raw, t, name, host, device_rows)
+    common.steps(raw, t, name, ~device_rows, device_rows)
     return t
 
 
-def _launched_corrs(t: Typed) -> np.ndarray:
+def _classify(raw: RawEvents, is_x: np.ndarray, flows: "_Ac2g") -> tuple[list[str], dict[str, str | None]]:
+    """The runtime categories and the device categories (-> kind) of this trace.
+
+    A category libkineto does not name is a runtime when named like one (`*_runtime`,
+    `*_driver`), and device work when laid out as Kineto lays device work out: its events
+    carry both "device" and "stream" args, or they end `ac2g` flows that start on a runtime
+    call. The rest is host activity left as markers.
+    """
+    present = [c for c in pc.unique(raw.take("cat", np.flatnonzero(is_x))).to_pylist() if c is not None]
+    runtime = [c for c in present if c in RUNTIME_CATS or (c not in DEVICE_CATS and _RUNTIME_NAME.search(c))]
+    device = {c: k for c, k in DEVICE_CATS.items() if c in present}
+    known = set(runtime) | set(device) | set(HOST_API_CATS) | set(HOST_MARKER_CATS)
+    unknown = [c for c in present if c not in known]
+    if not unknown:
+        return runtime, device
+    rows = np.flatnonzero(is_x & raw.is_in("cat", tuple(unknown)))
+    args = common.int_args(raw, rows, {"device": "device", "stream": "stream"})
+    placed = (args["device"].is_valid().to_numpy(zero_copy_only=False)
+              & args["stream"].is_valid().to_numpy(zero_copy_only=False))
+    placed |= flows.ends_launched_flow(rows, raw.is_in("cat", tuple(runtime)))
+    for c in set(raw.take("cat", rows[placed]).to_pylist()):
+        device[c] = None
+    return runtime, device
+
+
+def _device_kinds(raw: RawEvents, dev: np.ndarray, device_cats: dict[str, str | None]) -> np.ndarray:
+    cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
+    names = raw.take("name", dev)
+    kinds = kind_codes(len(dev), "kernel")
+    for c, kind in device_cats.items():
+        if kind is not None:
+            kinds[cat_dev == c] = CODE[kind]
+    by_name = np.isin(cat_dev, [c for c, k in device_cats.items() if k is None])
+    kinds[by_name & matches(names, _COPY)] = CODE["memcpy"]
+    kinds[by_name & matches(names, _FILL)] = CODE["memset"]
+    is_sync = kinds == CODE["sync"]
+    kinds[is_sync & mask_of(names, ("Event Sync",))] = CODE["wait"]
+    kinds[(kinds == CODE["kernel"]) & matches(names, _COLLECTIVE)] = CODE["collective"]
+    return kinds
+
+
+def _runtime_kinds(raw: RawEvents, t: Typed, rt: np.ndarray, rt_corr: pa.Array) -> np.ndarray:
+    """api, launch, sync or wait for each runtime call `rt`."""
     corr, ok = t.get("corr")
-    devk = t.kind.isin(("kernel", "memcpy", "memset", "collective")) & ok
-    return np.unique(corr[devk])
+    work = t.kind.isin(_WORK_KINDS) & ok
+    ops_per_corr = dict(zip(*(x.tolist() for x in np.unique(corr[work], return_counts=True))))
+    names = raw.take("name", rt)
+    rt_corr_list = rt_corr.to_pylist()
+    links = np.array([c is not None and c in ops_per_corr for c in rt_corr_list], dtype=bool)
+    named = raw.is_in("cat", _NAMED_LAUNCH_CATS)[rt]
+    # CUDA / HIP: a launch is one of the calls known to enqueue exactly one task. Other
+    # backends' call names are not known in advance: a call is a launch when it is the first
+    # call carrying the correlation id of exactly one device task.
+    single = np.array([c is not None and ops_per_corr.get(c) == 1 for c in rt_corr_list], dtype=bool)
+    first = np.zeros(len(rt), dtype=bool)
+    seen: set[int] = set()
+    for j in np.argsort(raw.ts_ns[rt], kind="stable").tolist():
+        c = rt_corr_list[j]
+        if single[j] and not named[j] and c not in seen:
+            seen.add(c)
+            first[j] = True
+    launch = np.where(named, links & mask_of(names, _SINGLE_TASK_LAUNCHES), first)
+    kinds = np.where(launch, CODE["launch"], CODE["api"]).astype(np.int8)
+    kinds[matches(names, r"synchroni[sz]e")] = CODE["sync"]
+    # cudaMemcpy / cudaMemset without Async return only when the copy is done: the host waits.
+    blocking_copy = (matches(names, r"^(cuda|hip)Mem(cpy|set)", ignore_case=False)
+                     & ~contains(names, "Async") & ~contains(names, "WithStream"))
+    kinds[blocking_copy] = CODE["sync"]
+    kinds[matches(names, r"StreamWaitEvent|WaitEvent$")] = CODE["wait"]
+    return kinds
+
+
+class _Ac2g:
+    """Kineto's `ac2g` flows: "s" on the launching call, "f" (bound to the enclosing slice)
+    on the device task, both with id = the correlation id. Bound to slices only on demand:
+    traces whose events carry correlation args never need it."""
+
+    def __init__(self, raw: RawEvents, t: Typed) -> None:
+        self.raw = raw
+        rows = np.flatnonzero(raw.is_in("ph", ("s", "f")) & raw.is_in("cat", ("ac2g",)))
+        ids = common.flow_ids_as_int(raw, rows)
+        ok = np.array([i is not None for i in ids], dtype=bool)
+        rows, ids = rows[ok], ids[ok].astype(np.int64)
+        is_start = raw.is_in("ph", ("s",))[rows]
+        # Only flows with both ends link a launch to its task; a lone "f" marks a call that
+        # enqueued nothing (a synchronize, an event query).
+        paired = np.intersect1d(ids[is_start], ids[~is_start])
+        keep = np.isin(ids, paired)
+        self.rows = {"s": rows[keep & is_start], "f": rows[keep & ~is_start]}
+        self.ids = {"s": ids[keep & is_start], "f": ids[keep & ~is_start]}
+
+    def bound(self, end: str, slices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slice rows, flow ids) for the flows of `end` ("s" / "f") bound to one of `slices`."""
+        points = self.rows[end]
+        if not len(points) or not len(slices):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        hit = common.enclosing_slices(self.raw, points, slices)
+        ok = hit >= 0
+        return hit[ok], self.ids[end][ok]
+
+    def ends_launched_flow(self, rows: np.ndarray, runtime_mask: np.ndarray) -> np.ndarray:
+        """Which of `rows` end a flow whose start is on a runtime call (mask over rows)."""
+        starts, start_ids = self.bound("s", np.flatnonzero(runtime_mask & self.raw.is_in("ph", ("X",))))
+        ends, end_ids = self.bound("f", rows)
+        return np.isin(rows, ends[np.isin(end_ids, start_ids)])
+
+    def fill(self, rows: np.ndarray, corr: pa.Array, end: str) -> pa.Array:
+        """`corr` of `rows`, with the bound flow's id where the event carries no correlation arg."""
+        missing = corr.is_null().to_numpy(zero_copy_only=False)
+        if not missing.any() or not len(self.rows[end]):
+            return corr
+        hit, ids = self.bound(end, rows[missing])
+        if not len(hit):
+            return corr
+        out = np.array(corr.to_pylist(), dtype=object)
+        pos = {r: i for i, r in enumerate(rows.tolist())}
+        for r, i in zip(hit.tolist(), ids.tolist()):
+            out[pos[r]] = i
+        return pa.array(out.tolist(), type=pa.int64())
