@@ -9,6 +9,7 @@ inflates idle time by up to 2 us per kernel while our timestamps are exact.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import warnings
@@ -16,7 +17,8 @@ import warnings
 import pytest
 
 from analyzers.frames import Frames
-from analyzers.streams import bandwidth_summary, copy_bandwidth, queue_series, queue_summary, stream_time
+from analyzers.memcpy import bandwidth_summary
+from analyzers.streams import copy_bandwidth, queue_series, queue_summary, stream_time
 from msprof_py.trace import import_trace
 
 KINETO = ["alexnet_critical_path", "amd_mi250_rocm", "event_sync_multi_stream", "nccl_2rank_rank0",
@@ -35,9 +37,11 @@ def hta_env(tmp_path_factory):
 
 
 def _both(real_traces, hta_env, name):
+    """HTA on a copy of the trace, its rank, and our frames over the same window. `real_traces`
+    is the shared traces' folder, or a trace file of a test's own."""
     from hta.trace_analysis import TraceAnalysis
 
-    src = real_traces / "kineto" / f"{name}.json.gz"
+    src = real_traces if real_traces.is_file() else real_traces / "kineto" / f"{name}.json.gz"
     d = hta_env / name
     d.mkdir(exist_ok=True)
     shutil.copy(src, d / src.name)
@@ -79,9 +83,35 @@ def test_queue_length_summary_matches_hta(real_traces, hta_env, name):
         assert row.mean == pytest.approx(t["mean"], rel=0.01)
 
 
-@pytest.mark.parametrize("name", KINETO)
+#: Copies overlapping on three streams (DtoD) beside an HtoD copy: (name, ts_us, dur_us, stream, GB/s).
+OVERLAPPING_COPIES = [("Memcpy DtoD (Device -> Device)", 10, 10, 7, 4.0), ("Memcpy DtoD (Device -> Device)", 12, 6, 8, 2.0),
+                      ("Memcpy DtoD (Device -> Device)", 15, 10, 9, 1.0), ("Memcpy DtoD (Device -> Device)", 22, 4, 7, 8.0),
+                      ("Memcpy DtoD (Device -> Device)", 40, 2, 8, 0.5), ("Memcpy HtoD (Pinned -> Device)", 13, 4, 10, 3.0)]
+
+
+def _overlapping_copies_trace(path):
+    """A one-step Kineto trace of OVERLAPPING_COPIES, each launched 1 us before it starts."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": ts,
+               "dur": dur} for i, (ts, dur) in enumerate(((0, 500), (500, 10)), start=1)]
+    for corr, (name, ts, dur, stream, gbps) in enumerate(OVERLAPPING_COPIES, start=1):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1,
+                       "ts": ts - 1, "dur": 0.5, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                       "args": {"device": 0, "stream": stream, "correlation": corr, "bytes": round(gbps * dur * 1000),
+                                "memory bandwidth (GB/s)": gbps}})
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": events}))
+
+
+@pytest.mark.parametrize("name", [*KINETO, "overlapping_copies"])
 def test_memcpy_bandwidth_summary_matches_hta(real_traces, hta_env, name):
-    hta, rank, frames = _both(real_traces, hta_env, name)
+    """HTA's statistics are over its time series of bandwidth in use (copies of a kind running at
+    once summed), so its count is of samples, not copies; ours must be the same figures."""
+    if name == "overlapping_copies":
+        src = hta_env / "overlapping_copies.json"
+        _overlapping_copies_trace(src)
+        hta, rank, frames = _both(src, hta_env, name)
+    else:
+        hta, rank, frames = _both(real_traces, hta_env, name)
     theirs = hta.get_memory_bw_summary(ranks=[rank])
     ours = bandwidth_summary(copy_bandwidth(frames))
     if theirs is None or theirs.empty:  # e.g. ROCm copies without byte counts
@@ -94,6 +124,11 @@ def test_memcpy_bandwidth_summary_matches_hta(real_traces, hta_env, name):
         assert row.count == t["count"]
         assert row.gbps_mean == pytest.approx(t["mean"], rel=0.01)
         assert row.gbps_max == pytest.approx(t["max"], rel=0.01)
+        assert row.gbps_min == pytest.approx(t["min"], rel=0.01)
+        assert row.gbps_p50 == pytest.approx(t["50%"], rel=0.01)
+    if name == "overlapping_copies":  # by hand: samples 4 6 7 5 1 9 8 0.5 GB/s; a per-copy mean would be 3.1
+        dtod = ours[ours["kind"] == "Memcpy DtoD"].iloc[0]
+        assert (dtod["copies"], dtod["count"], dtod["gbps_mean"], dtod["gbps_max"]) == (5, 8, 5.0625, 9.0)
 
 
 @pytest.mark.parametrize("name", KINETO)
