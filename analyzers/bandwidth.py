@@ -9,7 +9,8 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, cover, merge_intervals, union_ns
-from analyzers.streams import bandwidth_summary, copy_bandwidth
+from analyzers.memcpy import bandwidth_summary, gbps_text
+from analyzers.streams import copy_bandwidth
 
 MiB = 1 << 20
 #: The link a copy of each kind crosses on its device (per direction for PCIe).
@@ -44,9 +45,10 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     copies and memsets on HBM, and collectives where the topology routes them over PCIe) run
     at once, so each gets a share of the link and the work waiting on them starts later.
 
-    Algorithm: achieved bandwidth per copy = bytes / duration (the profiler's own figure when it
-    gave one). The time a copy would take alone is, when the trace states the device (a
-    preset), copy latency + bytes / the preset's link bandwidth (PCIe per direction, HBM / 2
+    Algorithm: a copy's per-copy rate = bytes / duration (the profiler's own figure when it gave
+    one); it judges one copy, unlike the bandwidth in use (`analyzers.memcpy`, HTA's figure: the
+    rates of the copies running at once summed), which the `copies` metric gives. The time a
+    copy would take alone is, when the trace states the device (a preset), copy latency + bytes / the preset's link bandwidth (PCIe per direction, HBM / 2
     for device-to-device); otherwise bytes / the median bandwidth of copies of the same kind
     that ran alone, are >= `min_reference_bytes` and within `reference_span` x of its size
     (no such copies: the copy is not judged; tiny copies never set the reference). A copy is
@@ -229,9 +231,9 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     t1 = max(o["ts_ns"] + o["dur_ns"] for o in occurrences)
     return Finding(
         code="BANDWIDTH_CONTENTION", severity=severity, title=f"{kind} slowed by transfers sharing {link}",
-        message=(f"rank {rank} device {device}: {len(hit)} {kind} copies on {link} ran at {hit['gbps'].mean():.2f} GB/s "
-                 f"on average against {expected:.2f} GB/s alone, in {g.loc[g['slowed'], 'interval'].nunique()} contended "
-                 f"interval(s); the "
+        message=(f"rank {rank} device {device}: {len(hit)} {kind} copies on {link} ran at a per-copy rate of "
+                 f"{gbps_text(hit['gbps'].mean())} GB/s on average against {gbps_text(expected)} GB/s alone, in "
+                 f"{g.loc[g['slowed'], 'interval'].nunique()} contended interval(s); the "
                  f"work behind them started {lost / 1e6:.3f} ms later ({share:.1%} of the rank's span)"),
         rank=rank, device=device, stream=occurrences[0]["stream"] if len(occurrences) == 1 else None,
         ts_ns=t0, dur_ns=t1 - t0, metric="achieved_over_alone",

@@ -28,6 +28,8 @@ Units: GB/s = 1e9 bytes/s = bytes/ns.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -91,6 +93,17 @@ def bandwidth_summary(copies: pd.DataFrame) -> pd.DataFrame:
                      "gbps_min": float(v.min()), "gbps_p25": float(p25), "gbps_p50": float(p50),
                      "gbps_p75": float(p75), "gbps_max": float(v.max())})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def gbps_text(gbps: float) -> str:
+    """A bandwidth for people: 3 significant digits, no exponent (5.06, 24.5, 1230, 0.000123)."""
+    if not math.isfinite(gbps) or gbps == 0:
+        return f"{gbps:g}"
+    rounded = gbps
+    for _ in range(2):  # once more when rounding carried into a new digit (99.96 -> 100)
+        digits = 2 - math.floor(math.log10(abs(rounded)))
+        rounded = round(gbps, digits)
+    return f"{rounded:.{max(digits, 0)}f}"
 
 
 def _segmented_cumsum(values: np.ndarray, first: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from analyzers.frames import Frames
-from analyzers.memcpy import bandwidth_in_use, bandwidth_summary
+from analyzers.memcpy import bandwidth_in_use, bandwidth_summary, gbps_text
 from analyzers.streams import copy_bandwidth
 from msprof_py.trace import import_bytes
 
@@ -238,3 +238,9 @@ def test_no_copies_and_zero_rate_copies_give_empty_summaries():
     zero = pd.DataFrame({"rank": [0], "kind": ["Memset"], "ts": [0], "end": [10], "gbps": [0.0]})
     assert bandwidth_in_use(zero)["running"].tolist() == [1, 0]
     assert bandwidth_summary(zero).empty
+
+
+@pytest.mark.parametrize("gbps, text", [(5.0625, "5.06"), (56.2, "56.2"), (101.6, "102"), (1234.5, "1230"),
+                                        (0.000123456, "0.000123"), (9.0, "9.00"), (99.96, "100"), (0.0, "0")])
+def test_bandwidth_text_has_three_significant_digits(gbps, text):
+    assert gbps_text(gbps) == text
