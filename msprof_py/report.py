@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers import Frames, Severity, run
+from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
+from analyzers.streams import copy_bandwidth
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
 from msprof_py.compare import cost_text
 from msprof_py.errors import MsprofError
@@ -70,7 +72,7 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
         "summary": {k: v for k, v in summary.items() if k not in ("streams", "copies", "devices")},
         "devices": summary.get("devices", []),
         "streams": summary.get("streams", []),
-        "copies": summary.get("copies", []),
+        "copies": copy_rows(frames),
         "findings": findings,
         "skipped": result.skipped,
         "breakdown": rows,
@@ -142,10 +144,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {r['rank']} | {r['device']} | {r['stream']} | {_ms(r['busy_ns'])} | "
                      f"{_ms(r['idle_ns'])} | {_val(r['queue_len_max'])} | {_val(r['queue_len_mean'])} |")
     if report["copies"]:
-        lines += ["", "## Copies", "", "| rank | kind | count | GB/s mean | GB/s max |", "|---|---|---|---|---|"]
+        lines += ["", "## Copies", "", COPIES_NOTE, "", "| " + " | ".join(COPIES_HEAD) + " |", "|---|---|---|---|---|"]
         for r in report["copies"]:
-            lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {_val(r['gbps_mean'])} | "
-                         f"{_val(r['gbps_max'])} |")
+            lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {_gbps(r['gbps_mean'])} | "
+                         f"{_gbps(r['gbps_max'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -164,7 +166,8 @@ def to_html(report: dict[str, Any]) -> str:
         report=report, summary=_summary_rows(report["summary"]), charts=charts, where=_where, lost=_lost, val=_val,
         plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
-        breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows)
+        breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
+        copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps)
 
 
 def _script_text(js: str) -> str:
@@ -366,6 +369,24 @@ def _ms(ns: Any) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
+#: The copies table: HTA's memory bandwidth summary (not per-copy rates; see analyzers.memcpy).
+COPIES_NOTE = ("Bandwidth in use: the rates of the copies of one kind running at the same time, summed; "
+               "statistics over its samples (one each time it changes), as Holistic Trace Analysis computes them.")
+COPIES_HEAD = ("rank", "kind", "samples", "GB/s in use, mean", "GB/s in use, max")
+
+
+def copy_rows(frames: Frames) -> list[dict[str, Any]]:
+    """The report's `copies`: per rank and copy kind, the samples of the bandwidth in use and
+    their mean and max in GB/s (full precision)."""
+    return [{"rank": int(r["rank"]), "kind": str(r["kind"]), "count": int(r["count"]),
+             "gbps_mean": float(r["gbps_mean"]), "gbps_max": float(r["gbps_max"])}
+            for r in bandwidth_summary(copy_bandwidth(frames)).to_dict("records")]
+
+
+def _gbps(v: Any) -> str:
+    return "-" if v is None else gbps_text(float(v))
+
+
 def _val(v: Any) -> str:
     if v is None:
         return "-"
@@ -462,8 +483,8 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 <table><tr><th>rank</th><th>device</th><th>stream</th><th>busy ms</th><th>idle ms</th><th>queue max</th><th>queue mean</th></tr>
 {% for r in report.streams %}<tr><td>{{ r.rank }}</td><td>{{ r.device }}</td><td>{{ r.stream }}</td><td>{{ "%.3f"|format(r.busy_ns / 1e6) }}</td><td>{{ "%.3f"|format(r.idle_ns / 1e6) }}</td><td>{{ val(r.queue_len_max) }}</td><td>{{ val(r.queue_len_mean) }}</td></tr>{% endfor %}
 </table>
-{% if report.copies %}<h2>Copies</h2><table><tr><th>rank</th><th>kind</th><th>count</th><th>GB/s mean</th><th>GB/s max</th></tr>
-{% for r in report.copies %}<tr><td>{{ r.rank }}</td><td>{{ r.kind }}</td><td>{{ r.count }}</td><td>{{ val(r.gbps_mean) }}</td><td>{{ val(r.gbps_max) }}</td></tr>{% endfor %}</table>{% endif %}
+{% if report.copies %}<h2>Copies</h2><p>{{ copies_note }}</p><table><tr>{% for h in copies_head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in report.copies %}<tr><td>{{ r.rank }}</td><td>{{ r.kind }}</td><td>{{ r.count }}</td><td>{{ gbps(r.gbps_mean) }}</td><td>{{ gbps(r.gbps_max) }}</td></tr>{% endfor %}</table>{% endif %}
 <script>
 document.querySelectorAll("script.plotly-spec").forEach(function (s) {
   var spec = JSON.parse(s.textContent);

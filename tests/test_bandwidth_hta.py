@@ -244,3 +244,19 @@ def test_no_copies_and_zero_rate_copies_give_empty_summaries():
                                         (0.000123456, "0.000123"), (9.0, "9.00"), (99.96, "100"), (0.0, "0")])
 def test_bandwidth_text_has_three_significant_digits(gbps, text):
     assert gbps_text(gbps) == text
+
+
+def test_report_copies_are_the_bandwidth_in_use():
+    from msprof_py import report
+
+    rep = report.build(import_bytes(json.dumps(kineto_trace(OVERLAPPING)).encode()), timelines=0)
+    assert rep["copies"] == [
+        {"rank": 0, "kind": "Memcpy DtoD", "count": 8, "gbps_mean": 5.0625, "gbps_max": 9.0},
+        {"rank": 0, "kind": "Memcpy HtoD", "count": 1, "gbps_mean": 3.0, "gbps_max": 3.0}]
+    md = report.to_markdown(rep)
+    assert "| rank | kind | samples | GB/s in use, mean | GB/s in use, max |" in md
+    assert "| 0 | Memcpy DtoD | 8 | 5.06 | 9.00 |" in md
+    html = report.to_html(rep)
+    assert "<th>GB/s in use, mean</th>" in html
+    assert "<td>Memcpy DtoD</td><td>8</td><td>5.06</td><td>9.00</td>" in html
+    assert json.loads(report.to_json(rep))["copies"][0]["gbps_mean"] == 5.0625  # full precision in JSON
