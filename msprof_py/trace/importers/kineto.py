@@ -15,6 +15,7 @@ writes no such arg, by the `ac2g` flow Kineto draws between them (id = correlati
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,7 @@ def derive(raw: RawEvents) -> Typed:
     rank, _world = rank_of(raw.top)
     t.rank[:] = rank
     is_x = raw.is_in("ph", ("X",))
-    flows = _Ac2g(raw, t)
+    flows = _Ac2g(raw)
     runtime_cats, device_cats = _classify(raw, is_x, flows)
 
     dev = np.flatnonzero(is_x & raw.is_in("cat", tuple(device_cats)))
@@ -94,13 +95,17 @@ def derive(raw: RawEvents) -> Typed:
     # Kineto writes device rows with pid = device and tid = stream (or queue); args win when present.
     t.set("device", dev, pc.coalesce(dargs["device"], pa.array(raw.pid[dev])))
     t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
-    t.set("corr", dev, flows.fill(dev, dargs["corr"], "f"))
+    t.set("corr", dev, dargs["corr"])
+    t.kind[dev] = _device_kinds(raw, dev, device_cats)
+    # A task without a correlation arg takes its launch's id from the flow that ends on it.
+    linked = dev[t.kind.codes[dev] != CODE["marker"]]
+    corr, ok = t.get("corr")
+    t.set("corr", linked, flows.fill(linked, pa.array(corr[linked], mask=~ok[linked]), "f"))
     t.set("bytes", dev, dargs["bytes"])
     # Kineto computes a copy's bandwidth from its exact duration; the event's `dur` may be
     # rounded to microseconds, so keep the profiler's figure as the row's value.
     copies = dev[raw.is_in("cat", ("gpu_memcpy", "gpu_memset"))[dev]]
     t.set("value", copies, common.float_args(raw, copies, "memory bandwidth (GB/s)"))
-    t.kind[dev] = _device_kinds(raw, dev, device_cats)
 
     rt = np.flatnonzero(is_x & raw.is_in("cat", tuple(runtime_cats)))
     rt_corr = flows.fill(rt, common.int_args(raw, rt, {"corr": "correlation"})["corr"], "s")
@@ -164,24 +169,22 @@ def _device_kinds(raw: RawEvents, dev: np.ndarray, device_cats: dict[str, str | 
 def _runtime_kinds(raw: RawEvents, t: Typed, rt: np.ndarray, rt_corr: pa.Array) -> np.ndarray:
     """api, launch, sync or wait for each runtime call `rt`."""
     corr, ok = t.get("corr")
-    work = t.kind.isin(_WORK_KINDS) & ok
-    ops_per_corr = dict(zip(*(x.tolist() for x in np.unique(corr[work], return_counts=True))))
+    ids, tasks = np.unique(corr[t.kind.isin(_WORK_KINDS) & ok], return_counts=True)
+    mine = rt_corr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    at = np.minimum(np.searchsorted(ids, mine), max(len(ids) - 1, 0))
+    found = rt_corr.is_valid().to_numpy(zero_copy_only=False) & (ids[at] == mine if len(ids) else False)
+    n_tasks = np.where(found, tasks[at] if len(ids) else 0, 0)
     names = raw.take("name", rt)
-    rt_corr_list = rt_corr.to_pylist()
-    links = np.array([c is not None and c in ops_per_corr for c in rt_corr_list], dtype=bool)
     named = raw.is_in("cat", _NAMED_LAUNCH_CATS)[rt]
     # CUDA / HIP: a launch is one of the calls known to enqueue exactly one task. Other
     # backends' call names are not known in advance: a call is a launch when it is the first
     # call carrying the correlation id of exactly one device task.
-    single = np.array([c is not None and ops_per_corr.get(c) == 1 for c in rt_corr_list], dtype=bool)
-    first = np.zeros(len(rt), dtype=bool)
-    seen: set[int] = set()
-    for j in np.argsort(raw.ts_ns[rt], kind="stable").tolist():
-        c = rt_corr_list[j]
-        if single[j] and not named[j] and c not in seen:
-            seen.add(c)
-            first[j] = True
-    launch = np.where(named, links & mask_of(names, _SINGLE_TASK_LAUNCHES), first)
+    launch = named & (n_tasks > 0) & mask_of(names, _SINGLE_TASK_LAUNCHES)
+    cand = np.flatnonzero(~named & (n_tasks == 1))
+    if len(cand):
+        cand = cand[np.argsort(raw.ts_ns[rt[cand]], kind="stable")]
+        _, first = np.unique(mine[cand], return_index=True)
+        launch[cand[first]] = True
     kinds = np.where(launch, CODE["launch"], CODE["api"]).astype(np.int8)
     kinds[matches(names, r"synchroni[sz]e")] = CODE["sync"]
     # cudaMemcpy / cudaMemset without Async return only when the copy is done: the host waits.
@@ -197,8 +200,13 @@ class _Ac2g:
     on the device task, both with id = the correlation id. Bound to slices only on demand:
     traces whose events carry correlation args never need it."""
 
-    def __init__(self, raw: RawEvents, t: Typed) -> None:
+    def __init__(self, raw: RawEvents) -> None:
         self.raw = raw
+
+    @cached_property
+    def _ends(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """"s" / "f" -> (rows, ids) of the flows that have both ends."""
+        raw = self.raw
         rows = np.flatnonzero(raw.is_in("ph", ("s", "f")) & raw.is_in("cat", ("ac2g",)))
         ids = common.flow_ids_as_int(raw, rows)
         ok = np.array([i is not None for i in ids], dtype=bool)
@@ -206,19 +214,26 @@ class _Ac2g:
         is_start = raw.is_in("ph", ("s",))[rows]
         # Only flows with both ends link a launch to its task; a lone "f" marks a call that
         # enqueued nothing (a synchronize, an event query).
-        paired = np.intersect1d(ids[is_start], ids[~is_start])
-        keep = np.isin(ids, paired)
-        self.rows = {"s": rows[keep & is_start], "f": rows[keep & ~is_start]}
-        self.ids = {"s": ids[keep & is_start], "f": ids[keep & ~is_start]}
+        keep = np.isin(ids, np.intersect1d(ids[is_start], ids[~is_start]))
+        return {"s": (rows[keep & is_start], ids[keep & is_start]), "f": (rows[keep & ~is_start], ids[keep & ~is_start])}
 
     def bound(self, end: str, slices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slice rows, flow ids) for the flows of `end` ("s" / "f") bound to one of `slices`."""
-        points = self.rows[end]
+        """(slice rows, flow ids) for the flows of `end` ("s" / "f") bound to one of `slices`.
+
+        A flow binds to the innermost slice of its track that encloses it, whatever that
+        slice is (a device annotation spans the kernels under it): bound against every X
+        slice on the flows' tracks, kept when the slice is one of `slices`."""
+        points, point_ids = self._ends[end]
         if not len(points) or not len(slices):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        hit = common.enclosing_slices(self.raw, points, slices)
-        ok = hit >= 0
-        return hit[ok], self.ids[end][ok]
+        raw = self.raw
+        # One int per (pid, tid); a collision only widens the candidates, which are then
+        # grouped by the exact (pid, tid).
+        track = raw.pid.astype(np.int64) * (1 << 32) + (raw.tid.astype(np.int64) & 0xFFFFFFFF)
+        on_tracks = np.flatnonzero(raw.is_in("ph", ("X",)) & np.isin(track, track[points]))
+        hit = common.enclosing_slices(raw, points, on_tracks)
+        ok = np.isin(hit, slices)
+        return hit[ok], point_ids[ok]
 
     def ends_launched_flow(self, rows: np.ndarray, runtime_mask: np.ndarray) -> np.ndarray:
         """Which of `rows` end a flow whose start is on a runtime call (mask over rows)."""
@@ -229,7 +244,7 @@ class _Ac2g:
     def fill(self, rows: np.ndarray, corr: pa.Array, end: str) -> pa.Array:
         """`corr` of `rows`, with the bound flow's id where the event carries no correlation arg."""
         missing = corr.is_null().to_numpy(zero_copy_only=False)
-        if not missing.any() or not len(self.rows[end]):
+        if not missing.any():
             return corr
         hit, ids = self.bound(end, rows[missing])
         if not len(hit):
