@@ -22,6 +22,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, replace
@@ -111,7 +112,8 @@ ACME = Family("acme", "acme_runtime", "acmeLaunch", "acmeCopyAsync", "acme_devic
 #: The same, but its plugin writes no args at all: device and stream from pid and tid,
 #: links from the flows only, and a driver category.
 ACME_FLOWS = replace(ACME, name="acme_flows", runtime_cat="acme_driver", kernel_cat="acme_engine",
-                     copy_cat="acme_engine", placement="none", corr_args=False)
+                     copy_cat="acme_engine", placement="none", corr_args=False,
+                     extra=(("gpu_user_annotation", "## forward ##", "k", 19, 32, {}),))
 FAMILIES = (CUDA, MTIA, MTIA_FLOWS, HPU, XPU, PRIVATEUSE1, ACME, ACME_FLOWS)
 
 
@@ -249,6 +251,15 @@ def test_xpu_extras():
     assert df.loc["zeCommandListAppendLaunchKernel", "kind"] == "api"
     assert df.loc["Queue Sync", ["kind", "device", "stream"]].tolist() == ["sync", 0, 0]
     assert df.loc["scope", "kind"] == "marker"
+
+
+def test_flows_bind_to_the_task_not_the_annotation_around_it():
+    # The annotation encloses the first kernel's flow end too: the innermost slice takes it.
+    df = imported(ACME_FLOWS)
+    note = df[df.name == "## forward ##"].iloc[0]
+    assert (note.kind, note.device, note.stream) == ("marker", 3, 5)
+    assert pd.isna(note["corr"])
+    assert df[(df.kind == "kernel") & (df.ts == 20_000)]["corr"].tolist() == [CORR0 + 1]
 
 
 def test_unknown_accelerator_host_category_stays_on_the_host():
@@ -403,7 +414,10 @@ def test_info_shows_the_mtia_devices_and_streams(tmp_path):
     assert got["kinds"]["kernel"] == 5 and got["kinds"]["memcpy"] == 2 and got["kinds"]["launch"] == 7
     plain = runner.invoke(app, ["info", str(src)])
     assert plain.exit_code == 0
-    assert [line.split() for line in plain.stdout.splitlines() if line.startswith("devices")] == [["devices", "1"]]
+    # One device, whose id is 1 (however the line spells count and ids).
+    lines = [line for line in plain.stdout.splitlines() if line.startswith("devices")]
+    assert len(lines) == 1 and "-" not in lines[0]
+    assert set(re.findall(r"\d+", lines[0])) == {"1"}
 
 
 def test_info_on_a_truncated_mtia_trace_is_a_one_line_error(tmp_path):

@@ -144,9 +144,12 @@ def _classify(raw: RawEvents, is_x: np.ndarray, flows: "_Ac2g") -> tuple[list[st
     args = common.int_args(raw, rows, {"device": "device", "stream": "stream"})
     placed = (args["device"].is_valid().to_numpy(zero_copy_only=False)
               & args["stream"].is_valid().to_numpy(zero_copy_only=False))
-    placed |= flows.ends_launched_flow(rows, raw.is_in("cat", tuple(runtime)))
-    for c in set(raw.take("cat", rows[placed]).to_pylist()):
-        device[c] = None
+    found = set(raw.take("cat", rows[placed]).to_pylist())
+    rest = rows[~np.isin(raw.take("cat", rows).to_numpy(zero_copy_only=False), list(found))]
+    if len(rest):
+        ends = flows.ends_launched_flow(rest, raw.is_in("cat", tuple(runtime)))
+        found |= set(raw.take("cat", rest[ends]).to_pylist())
+    device.update({c: None for c in found})
     return runtime, device
 
 
