@@ -262,6 +262,24 @@ def test_flows_bind_to_the_task_not_the_annotation_around_it():
     assert df[(df.kind == "kernel") & (df.ts == 20_000)]["corr"].tolist() == [CORR0 + 1]
 
 
+def test_flow_inside_its_slice_binds_to_the_innermost_enclosing_slice():
+    # Chrome binds a flow end to the slice around it; Kineto happens to put it at the start.
+    ev = [_x("cpu_op", "aten::mm", HOST_PID, HOST_PID, 0, 50, {}),
+          _x("acme_runtime", "acmeLaunch", HOST_PID, HOST_PID, 10, 10, {}),
+          _x("acme_runtime", "acmeLaunch", HOST_PID, HOST_PID, 30, 10, {}),
+          _x("acme_ops", "tile_a", 3, 5, 100, 20, {}),
+          _x("acme_ops", "tile_b", 3, 5, 130, 20, {}),
+          {"ph": "s", "id": 8, "pid": HOST_PID, "tid": HOST_PID, "ts": 12, "cat": "ac2g", "name": "ac2g"},
+          {"ph": "f", "id": 8, "pid": 3, "tid": 5, "ts": 135, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+          {"ph": "s", "id": 9, "pid": HOST_PID, "tid": HOST_PID, "ts": 30, "cat": "ac2g", "name": "ac2g"},
+          {"ph": "f", "id": 9, "pid": 3, "tid": 5, "ts": 100, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    df = import_bytes(json.dumps({"schemaVersion": 1, "traceEvents": ev}).encode()).to_pandas()
+    x = df[df.ph == "X"].sort_values("ts")
+    assert x.kind.tolist() == ["api", "launch", "launch", "kernel", "kernel"]
+    assert x["corr"].tolist()[1:] == [8, 9, 9, 8]
+    assert x.stream.tolist()[3:] == [5, 5]
+
+
 def test_unknown_accelerator_host_category_stays_on_the_host():
     df = imported(ACME).set_index("name")
     assert df.loc["log flush", "kind"] == "marker"

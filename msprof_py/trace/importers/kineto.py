@@ -205,6 +205,7 @@ class _Ac2g:
 
     def __init__(self, raw: RawEvents) -> None:
         self.raw = raw
+        self._bindings: dict[str, np.ndarray] = {}
 
     @cached_property
     def _ends(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -221,22 +222,48 @@ class _Ac2g:
         return {"s": (rows[keep & is_start], ids[keep & is_start]), "f": (rows[keep & ~is_start], ids[keep & ~is_start])}
 
     def bound(self, end: str, slices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slice rows, flow ids) for the flows of `end` ("s" / "f") bound to one of `slices`.
-
-        A flow binds to the innermost slice of its track that encloses it, whatever that
-        slice is (a device annotation spans the kernels under it): bound against every X
-        slice on the flows' tracks, kept when the slice is one of `slices`."""
+        """(slice rows, flow ids) for the flows of `end` ("s" / "f") bound to one of `slices`."""
         points, point_ids = self._ends[end]
         if not len(points) or not len(slices):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        raw = self.raw
-        # One int per (pid, tid); a collision only widens the candidates, which are then
-        # grouped by the exact (pid, tid).
-        track = raw.pid.astype(np.int64) * (1 << 32) + (raw.tid.astype(np.int64) & 0xFFFFFFFF)
-        on_tracks = np.flatnonzero(raw.is_in("ph", ("X",)) & np.isin(track, track[points]))
-        hit = common.enclosing_slices(raw, points, on_tracks)
+        if end not in self._bindings:
+            self._bindings[end] = self._binding(end)
+        hit = self._bindings[end]
         ok = np.isin(hit, slices)
         return hit[ok], point_ids[ok]
+
+    def _binding(self, end: str) -> np.ndarray:
+        """The slice each flow of `end` binds to (-1: none): the innermost X slice of its
+        track enclosing its ts, whatever that slice is (a device annotation spans the kernels
+        under it, and must not take their flows)."""
+        raw = self.raw
+        points = self._ends[end][0]
+        x = np.flatnonzero(raw.is_in("ph", ("X",)))
+        pairs = np.stack([np.concatenate([raw.pid[x], raw.pid[points]]),
+                          np.concatenate([raw.tid[x], raw.tid[points]])], axis=1)
+        _, track = np.unique(pairs, axis=0, return_inverse=True)
+        track = track.reshape(-1)
+        x_track, p_track = track[:len(x)], track[len(x):]
+        x = x[np.isin(x_track, p_track)]
+        x_track = x_track[np.isin(x_track, p_track)]
+        hit = np.full(len(points), -1, dtype=np.int64)
+        ts = raw.ts_ns
+        span = int(ts.max() - ts.min()) + 1 if len(ts) else 1
+        if len(x) and (int(track.max()) + 1) * span < 2**62:
+            # Kineto writes each flow end at the start of its slice: match (track, ts) exactly,
+            # the shortest slice first among those starting together (the innermost).
+            dur = np.nan_to_num(raw.dur_ns.to_numpy(zero_copy_only=False)).astype(np.int64)
+            x_key = x_track.astype(np.int64) * span + (ts[x] - ts.min())
+            order = np.lexsort((dur[x], x_key))
+            keys = x_key[order]
+            p_key = p_track.astype(np.int64) * span + (ts[points] - ts.min())
+            at = np.minimum(np.searchsorted(keys, p_key), len(keys) - 1)
+            exact = keys[at] == p_key
+            hit[exact] = x[order][at[exact]]
+        rest = np.flatnonzero(hit < 0)
+        if len(rest):  # a flow inside its slice rather than at its start
+            hit[rest] = common.enclosing_slices(raw, points[rest], x)
+        return hit
 
     def ends_launched_flow(self, rows: np.ndarray, runtime_mask: np.ndarray) -> np.ndarray:
         """Which of `rows` end a flow whose start is on a runtime call (mask over rows)."""
