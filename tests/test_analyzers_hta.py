@@ -15,6 +15,7 @@ import shutil
 import warnings
 
 import pytest
+from test_bandwidth_hta import OVERLAPPING, kineto_trace
 
 from analyzers.frames import Frames
 from analyzers.memcpy import bandwidth_summary
@@ -83,32 +84,13 @@ def test_queue_length_summary_matches_hta(real_traces, hta_env, name):
         assert row.mean == pytest.approx(t["mean"], rel=0.01)
 
 
-#: Copies overlapping on three streams (DtoD) beside an HtoD copy: (name, ts_us, dur_us, stream, GB/s).
-OVERLAPPING_COPIES = [("Memcpy DtoD (Device -> Device)", 10, 10, 7, 4.0), ("Memcpy DtoD (Device -> Device)", 12, 6, 8, 2.0),
-                      ("Memcpy DtoD (Device -> Device)", 15, 10, 9, 1.0), ("Memcpy DtoD (Device -> Device)", 22, 4, 7, 8.0),
-                      ("Memcpy DtoD (Device -> Device)", 40, 2, 8, 0.5), ("Memcpy HtoD (Pinned -> Device)", 13, 4, 10, 3.0)]
-
-
-def _overlapping_copies_trace(path):
-    """A one-step Kineto trace of OVERLAPPING_COPIES, each launched 1 us before it starts."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": ts,
-               "dur": dur} for i, (ts, dur) in enumerate(((0, 500), (500, 10)), start=1)]
-    for corr, (name, ts, dur, stream, gbps) in enumerate(OVERLAPPING_COPIES, start=1):
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1,
-                       "ts": ts - 1, "dur": 0.5, "args": {"correlation": corr}})
-        events.append({"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-                       "args": {"device": 0, "stream": stream, "correlation": corr, "bytes": round(gbps * dur * 1000),
-                                "memory bandwidth (GB/s)": gbps}})
-    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": events}))
-
-
 @pytest.mark.parametrize("name", [*KINETO, "overlapping_copies"])
 def test_memcpy_bandwidth_summary_matches_hta(real_traces, hta_env, name):
     """HTA's statistics are over its time series of bandwidth in use (copies of a kind running at
     once summed), so its count is of samples, not copies; ours must be the same figures."""
     if name == "overlapping_copies":
-        src = hta_env / "overlapping_copies.json"
-        _overlapping_copies_trace(src)
+        src = hta_env / "overlapping_copies.json"  # copies overlapping on three streams, beside an HtoD copy
+        src.write_text(json.dumps(kineto_trace(OVERLAPPING)))
         hta, rank, frames = _both(src, hta_env, name)
     else:
         hta, rank, frames = _both(real_traces, hta_env, name)
