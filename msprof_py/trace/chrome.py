@@ -27,7 +27,9 @@ from msprof_py.trace.fields import (
     flow_ids,
     ids_to_int,
     raw_texts,
+    shown,
     times_ns,
+    us_to_ns,
 )
 from msprof_py.trace.raw import RawEvents
 
@@ -56,6 +58,8 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
         fields.append((key, raw, msgspec.UNSET))
     return msgspec.defstruct("ChromeEvent", fields, forbid_unknown_fields=True, gc=False)
 
+
+_BOM = b"\xef\xbb\xbf"
 
 #: Events decoded per batch: bounds the per-event Python objects alive at once, which
 #: would otherwise be several times the size of the JSON.
@@ -93,6 +97,11 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False, extras
     `extras=False` leaves the `extra` column null (an import for analysis only: no analyzer
     reads it, and collecting the uncommon keys of every event is a tenth of the decode).
     """
+    if data[:3] == _BOM:
+        return _without_bom(data, where=where, lenient=lenient, extras=extras)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise TraceFormatError(f"{where}: not a trace: the text is UTF-16, not UTF-8",
+                               hint="re-save the trace as UTF-8")
     stripped = bytes(data[:64]).lstrip()
     if not stripped:
         if not bytes(data).strip():
@@ -132,8 +141,43 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False, extras
         base += count
         del events
     raw = RawEvents.concat(pieces) if pieces else _columns([], where, lenient)
+    _check_span(raw, where)
     raw.top = top
     return raw
+
+
+def _check_span(raw: RawEvents, where: str) -> None:
+    """The table keeps ts relative to the earliest event, and ends (ts + dur) are computed
+    downstream: both must fit int64 ns as well as each number on its own."""
+    if not raw.has_ts.any():
+        return
+    ts = raw.ts_ns[raw.has_ts]
+    lo, hi = int(ts.min()), int(ts.max())
+    if hi - lo > INT64_MAX:
+        i = int(np.flatnonzero(raw.has_ts & (raw.ts_ns == hi))[0])
+        raise TraceFormatError(f"{where}: event {i}: 'ts' is out of range (the trace would span more than "
+                               "int64 nanoseconds, about 292 years)")
+    dur = raw.dur_ns.fill_null(0).to_numpy(zero_copy_only=False)
+    rel = np.where(raw.has_ts, raw.ts_ns - lo, 0)  # no overflow: 0 <= rel <= hi - lo
+    over = dur > INT64_MAX - rel
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise TraceFormatError(f"{where}: event {i}: 'dur' is out of range (ts + dur is beyond int64 nanoseconds)")
+
+
+def _without_bom(data: bytes | bytearray, **kw: Any) -> RawEvents:
+    """Decode text that starts with a UTF-8 byte-order mark (editors on Windows write one).
+
+    A writable buffer gets the mark blanked to spaces (JSON whitespace) for the decode and put
+    back afterwards: no copy of a large trace; other buffers are sliced.
+    """
+    if not isinstance(data, bytearray):
+        return decode(bytes(data[3:]), **kw)
+    data[:3] = b"   "
+    try:
+        return decode(data, **kw)
+    finally:
+        data[:3] = _BOM
 
 
 def _other_keys(data: Any, items: list[msgspec.Raw], where: str) -> dict[str, Any]:
@@ -300,6 +344,7 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
     pid, pid_str = ids_to_int(col("pid"), "pid", where)
     tid, tid_str = ids_to_int(col("tid"), "tid", where)
     ts_ns, has_ts = times_ns(col("ts"), "ts", where)
+    _check_timed(ph_list, has_ts, where)
     dur_raw = col("dur")
     dur_ns, has_dur = times_ns(dur_raw, "dur", where)
     if (dur_ns < 0).any():
@@ -322,25 +367,22 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
     )
 
 
+def _check_timed(ph: list[str], has_ts: np.ndarray, where: str) -> None:
+    """Every event but metadata (ph M) needs a 'ts': without one it would silently sit at the origin."""
+    for i in np.flatnonzero(~has_ts).tolist():
+        if ph[i] != "M":
+            raise TraceFormatError(f"{where}: event {i}: {shown(ph[i])} event has no 'ts'",
+                                   hint="every event but metadata (ph 'M') needs one; --lenient skips such events")
+
+
 def _well_formed(e: Any) -> bool:
     """The checks _columns would fail on, per event, for --lenient imports."""
-    if e.ph is None:
+    if e.ph is None or (e.ts is None and e.ph != "M"):
         return False
     for v in (e.ts, e.dur):
-        if v is None:
-            continue
-        if v.__class__ is int:
-            if abs(v) >= 2**63 // 1000:
-                return False
-        elif v.__class__ is str:
-            try:
-                if not abs(float(v)) < 2**63 / 1000:
-                    return False
-            except ValueError:
-                return False
-        else:
+        if v is not None and us_to_ns(v).__class__ is not int:
             return False
-    if e.dur is not None and float(e.dur) < 0:
+    if e.dur is not None and us_to_ns(e.dur) < 0:
         return False
     if e.id is not None and not (e.id.__class__ is str or (e.id.__class__ is int and -(2**63) <= e.id <= UINT64_MAX)):
         return False

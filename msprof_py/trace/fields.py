@@ -8,6 +8,8 @@ naming the event.
 from __future__ import annotations
 
 import hashlib
+import re
+from decimal import ROUND_HALF_EVEN, Decimal
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any
@@ -21,6 +23,8 @@ from msprof_py.errors import TraceFormatError
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
+#: Integer microseconds at or beyond this (either sign) do not fit int64 nanoseconds.
+_MAX_US = 2**63 // 1000
 
 
 def event_text(v: Any) -> str:
@@ -52,12 +56,12 @@ def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dic
         values = list(values)
         for i, v in strings.items():
             body = v[1:] if v.startswith("-") else v
-            values[i] = int(v) if body.isdigit() and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
+            values[i] = int(v) if body.isascii() and body.isdigit() and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
     try:
         return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), strings
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         i = next(i for i, v in enumerate(values) if v is not None and not -INT64_MAX - 1 <= v <= INT64_MAX)
-        raise TraceFormatError(f"{where}: event {i}: '{key}' {values[i]} is wider than 64 bits") from None
+        raise out_of_range(where, i, key, values[i]) from None
 
 
 def raw_strings(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
@@ -82,9 +86,11 @@ def times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.nd
         us = pa.array(values, type=pa.int64())
         present = us.is_valid().to_numpy(zero_copy_only=False)
         us_np = us.fill_null(0).to_numpy()
-        if np.abs(us_np).max(initial=0) >= 2**63 // 1000:
-            i = int(np.flatnonzero(np.abs(us_np) >= 2**63 // 1000)[0])
-            raise TraceFormatError(f"{where}: event {i}: '{key}' {values[i]} is out of range")
+        # Compared on both sides, not through abs(): abs(INT64_MIN) wraps round to itself.
+        wide = (us_np >= _MAX_US) | (us_np <= -_MAX_US)
+        if wide.any():
+            i = int(np.flatnonzero(wide)[0])
+            raise out_of_range(where, i, key, values[i])
         return us_np * 1000, present
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
@@ -105,26 +111,29 @@ def decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
     point = pc.find_substring(text, ".").to_numpy()
     length = pc.utf8_length(text).to_numpy()
     frac_digits = np.where(point < 0, 0, length - point - 1).astype(np.int64)
-    if (frac_digits <= 3).all():
+    # Arrow's integer parse also takes hex ("0x10"), which is no decimal: those go the slow way.
+    if (frac_digits <= 3).all() and not _has_x(text):
         try:
             digits = pc.replace_substring(text, ".", "", max_replacements=1).cast(pa.int64()).to_numpy()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             digits = None  # exponents, spaces, junk: the decimal path sorts them out
         if digits is not None:
             scale = 10 ** (3 - frac_digits)
-            big = np.abs(digits) > (2**63 - 1) // scale
+            big = (digits > INT64_MAX // scale) | (digits < -(INT64_MAX // scale) - (scale == 1))
             if big.any():
                 i = int(np.flatnonzero(big)[0])
-                raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+                raise out_of_range(where, i, key, text[i].as_py())
             return digits * scale
     text = pc.utf8_trim_whitespace(text)
-    text = pc.if_else(pc.ends_with(text, "."), pc.binary_join_element_wise(text, pa.scalar("0"), ""), text)
     try:
+        if not pc.all(pc.match_substring_regex(text, _DECIMAL_ANCHORED)).as_py():
+            raise pa.ArrowInvalid("not decimal text")  # what Arrow's cast would let through (".0")
         dec = text.cast(pa.decimal128(38, 18))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        texts = text.to_pylist()
-        i = first_bad_number(texts)
-        raise TraceFormatError(f"{where}: event {i}: '{key}' is not a number: {texts[i]!r}") from None
+        # Beyond decimal128(38, 18) (1e300, 1e-300, 25 decimals) or not a number at all: one
+        # value at a time, exactly, so the error names the first bad event and says which it is.
+        return np.array([_us_text_to_ns_or_raise(t, i, key, where) for i, t in enumerate(text.to_pylist())],
+                        dtype=np.int64)
     scaled = pc.round(dec, 3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
     n = len(text)
     words = np.frombuffer(scaled.buffers()[1], dtype=np.int64)[2 * scaled.offset: 2 * (scaled.offset + n)]
@@ -132,8 +141,17 @@ def decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
     fits = ((hi == 0) & (lo >= 0)) | ((hi == -1) & (lo < 0))
     if not fits.all():
         i = int(np.flatnonzero(~fits)[0])
-        raise TraceFormatError(f"{where}: event {i}: '{key}' {text[i].as_py()!r} is out of range")
+        raise out_of_range(where, i, key, text[i].as_py())
     return lo
+
+
+def _has_x(text: pa.Array) -> bool:
+    """Whether any byte of the strings' data is 'x' or 'X' (a scan of the raw buffer: a false
+    positive from bytes outside a slice only sends the column down the exact slow path)."""
+    data = text.buffers()[2]
+    if data is None:
+        return False
+    return bool(((np.frombuffer(data, dtype=np.uint8) | 0x20) == ord("x")).any())
 
 
 def kind_of(v: Any) -> str:
@@ -142,19 +160,59 @@ def kind_of(v: Any) -> str:
     return {list: "a list", dict: "an object", bool: "a boolean"}.get(type(v), type(v).__name__)
 
 
-def first_bad_number(texts: list[str | None]) -> int:
-    from decimal import Decimal, InvalidOperation
+#: A JSON number, or a numeric string as torch_npu writes ts ("1700000000123.456"): nothing
+#: else (no "0x10", "1_000", "nan", non-ASCII digits) is a time.
+_DECIMAL_TEXT = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_DECIMAL = re.compile(_DECIMAL_TEXT)
+_DECIMAL_ANCHORED = f"^{_DECIMAL_TEXT}$"
+_NS_PER_US = Decimal(1000)
 
-    for i, t in enumerate(texts):
-        if t is None:
-            continue
-        try:
-            d = Decimal(t)
-            if not d.is_finite() or abs(d) >= Decimal(10) ** 20:
-                return i
-        except InvalidOperation:
-            return i
-    return 0
+
+def us_text_to_ns(text: str) -> int | str:
+    """Microsecond decimal text -> exact int ns (half-to-even beyond 3 decimals), or the
+    reason it is none: "not a number" or "out of range"."""
+    t = text.strip()
+    if not _DECIMAL.fullmatch(t):
+        return "not a number"
+    d = Decimal(t)
+    # Exponents far outside int64 ns are settled before any Decimal arithmetic (1e999999999).
+    if d.is_zero() or d.adjusted() < -30:
+        return 0
+    if d.adjusted() > 30:
+        return "out of range"
+    ns = int((d * _NS_PER_US).to_integral_value(rounding=ROUND_HALF_EVEN))
+    return ns if -INT64_MAX - 1 <= ns <= INT64_MAX else "out of range"
+
+
+def us_to_ns(v: Any) -> int | str:
+    """A decoded ts/dur value (int µs, float literal text, numeric string) -> int ns or the reason."""
+    if v.__class__ is int:
+        return v * 1000 if -_MAX_US < v < _MAX_US else "out of range"
+    if v.__class__ is str:
+        return us_text_to_ns(v)
+    return "not a number"
+
+
+def _us_text_to_ns_or_raise(text: str, i: int, key: str, where: str) -> int:
+    ns = us_text_to_ns(text)
+    if ns.__class__ is int:
+        return ns
+    if ns == "out of range":
+        raise out_of_range(where, i, key, text)
+    raise TraceFormatError(f"{where}: event {i}: '{key}' is not a number: {shown(text)}")
+
+
+def out_of_range(where: str, i: int, key: str, value: Any) -> TraceFormatError:
+    """The error for a number outside its column: int64 ns for times, 64 bits for ids."""
+    what = "int64 nanoseconds" if key in ("ts", "dur") else "64-bit integers"
+    return TraceFormatError(f"{where}: event {i}: '{key}' {shown(value, quote=False)} is out of range ({what})")
+
+
+def shown(value: Any, *, quote: bool = True, limit: int = 40) -> str:
+    """A value for an error message: repr (or plain text), cut short, so the message stays one line."""
+    text = repr(value) if quote else str(value)
+    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def flow_ids(values: list[Any], where: str) -> pa.Array:
@@ -178,7 +236,7 @@ def as_text(values: list[Any], key: str, expected: str, where: str, *,
         if c is not int:
             raise TraceFormatError(f"{where}: event {i}: '{key}' must be {expected}, got {kind_of(v)}")
         if not -(2**63) <= v <= max_int:
-            raise TraceFormatError(f"{where}: event {i}: '{key}' {v} is wider than 64 bits")
+            raise out_of_range(where, i, key, v)
         out[i] = str(v)
     return out
 

@@ -15,6 +15,7 @@ from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace.atomic import atomic_file, file_mode, parent_dir
 from msprof_py.trace.schema import (
     COLUMN_NAMES,
+    COLUMNS,
     META_KEY,
     Trace,
     TraceMeta,
@@ -131,16 +132,21 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
     for f in files:
         try:
             pf = pq.ParquetFile(f)
+            # The footer's key-value metadata first: a streamed file gets its metadata there when
+            # it is closed (its Arrow schema was written when it was opened).
+            md = (pf.metadata.metadata or {}).get(META_KEY) or (pf.schema_arrow.metadata or {}).get(META_KEY)
+            if md is None:
+                raise TraceFormatError(f"{f}: Parquet file has no msprof-py metadata",
+                                       hint="is this an msprof-py trace table?")
+            if columns is not None:
+                _check_subset(pf.schema_arrow, None, where=str(f))  # before a read of a missing column
             t = pf.read(columns=columns)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
-        # The footer's key-value metadata first: a streamed file gets its metadata there when it
-        # is closed (its Arrow schema was written when it was opened).
-        md = (pf.metadata.metadata or {}).get(META_KEY) or (pf.schema_arrow.metadata or {}).get(META_KEY)
-        if md is None:
-            raise TraceFormatError(f"{f}: Parquet file has no msprof-py metadata", hint="is this an msprof-py trace table?")
         if meta is None:
             meta = TraceMeta.from_json(md)
+        if columns is not None:
+            _check_subset(pf.schema_arrow, t, where=str(f))
         tables.append(t)
     if columns is None:
         for f, t in zip(files, tables):
@@ -150,6 +156,25 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
         table = canonical_dictionaries(table.select(list(COLUMN_NAMES)))
         table = table.replace_schema_metadata(arrow_schema(meta).metadata)
     return Trace(table=table, meta=meta)
+
+
+def _check_subset(schema: pa.Schema, table: pa.Table | None, *, where: str) -> None:
+    """A read of some columns checks what `validate` would, as far as those columns go: the file
+    has every column of the schema, and the ones read have their types and no stray nulls."""
+    missing = [c for c in COLUMN_NAMES if c not in schema.names]
+    if missing:
+        raise TraceFormatError(f"{where}: missing column(s) {', '.join(missing)}",
+                               hint="is this an msprof-py trace table? import JSON traces with 'msprof-py import'")
+    if table is None:
+        return
+    for name, typ, nullable in COLUMNS:
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        if col.type != typ and not (pa.types.is_dictionary(typ) and pa.types.is_dictionary(col.type)):
+            raise TraceFormatError(f"{where}: column {name!r} has type {col.type}, expected {typ}")
+        if not nullable and col.null_count:
+            raise TraceFormatError(f"{where}: column {name!r} has nulls")
 
 
 def _rank_key(p: Path) -> int:
