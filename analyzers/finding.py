@@ -201,3 +201,9 @@ def lookup(code: str, platform: str = "unknown") -> LookupEntry:
 
 def config_fields(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in fields(cfg)} if is_dataclass(cfg) else {}
+
+
+def analyzer_names() -> list[str]:
+    """The registered analyzers' names, sorted: what `run(names=...)` accepts."""
+    _load_all()
+    return sorted(REGISTRY)

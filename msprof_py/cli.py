@@ -9,20 +9,23 @@ msprof-style top-level `--application=...` callback) get the same treatment for 
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
-from msprof_py import __version__, evaluate, loading, prof_dir, report
-from msprof_py.compare import compare, render_diff, render_findings
+from msprof_py import __version__
+from msprof_py.choices import FailOn, ReportFormat, Window
 from msprof_py.errors import MsprofError
-from msprof_py.summary import render, summarize
-from msprof_py.trace import Trace, export_chrome, write_trace
+
+if TYPE_CHECKING:
+    from msprof_py.trace import Trace
+
+# Start-up: `--help` and a Parquet `info` must not pay for pandas, plotly, the analyzers or the
+# JSON importers, so every module beyond typer is imported inside the command that uses it.
 
 PROG = "msprof-py"
 EXIT_USAGE = 2  # bad input or usage; the same code click uses for usage errors
@@ -32,6 +35,9 @@ class _App(TyperGroup):
     """The root command group; turns domain and I/O errors into one-line messages."""
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        from msprof_py import cli_params
+
+        cli_params.install(self, ctx)
         rest = super().parse_args(ctx, args)
         # msprof's positional form, `msprof-py [options] app.py args...`: a first word that is no
         # command is the program to profile, and everything after it is the program's.
@@ -47,6 +53,29 @@ class _App(TyperGroup):
             _fail(exc.one_line())
         except OSError as exc:
             _fail(_os_message(exc))
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        # Usage errors (unknown option, a value not among an enum's choices) as one line too;
+        # click and typer would print a usage block and a boxed message.
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as exc:
+            from typer._click.exceptions import NoArgsIsHelpError
+
+            if isinstance(exc, NoArgsIsHelpError):
+                typer.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            typer.echo(f"{PROG}: error: {' '.join(exc.format_message().split()).rstrip('.')}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo(f"{PROG}: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def _fail(message: str) -> NoReturn:
@@ -68,6 +97,8 @@ app = typer.Typer(
     add_completion=False,
     # Domain errors never reach here; anything that does is a bug and should show plainly.
     pretty_exceptions_enable=False,
+    # click's plain help: typer's rich help costs more start-up time than all of `--help` may take
+    rich_markup_mode=None,
 )
 
 
@@ -160,7 +191,7 @@ def _root(
     if modes[0] == "--query=on":
         _print_runs(output)
         return
-    from msprof_py import capture
+    from msprof_py import capture, prof_dir
 
     if modes[0] == "--export=on":
         for prof in capture.export(output):
@@ -177,6 +208,8 @@ def _root(
 
 
 def _report_run(prof: Path) -> None:
+    from msprof_py import prof_dir
+
     st = prof_dir.read_status(prof)
     line = f"{PROG}: profile data in {prof} ({st.get('status', 'unknown')}"
     reasons = st.get("reasons") or []
@@ -187,24 +220,46 @@ def _report_run(prof: Path) -> None:
 
 
 def _print_runs(output: Path) -> None:
+    from rich.table import Table
+
+    from msprof_py import prof_dir
+    from msprof_py.summary import format_bytes, format_ns
+
     rows = prof_dir.query(output)
     t = Table(title=f"profiled runs in {output}")
     for col in ("job", "status", "devices", "ranks", "steps", "duration", "size"):
         t.add_column(col, justify="left" if col in ("job", "status") else "right", no_wrap=col == "job")
     for r in rows:
         t.add_row(r["job"], r["status"], *("-" if r[k] is None else str(r[k]) for k in ("devices", "ranks", "steps")),
-                  "-" if r["duration_ms"] is None else f"{r['duration_ms']:.3f} ms", _size(r["size_bytes"]))
-    Console(width=160).print(t)
+                  "-" if r["duration_ms"] is None else format_ns(round(r["duration_ms"] * 1e6)),
+                  format_bytes(r["size_bytes"]))
+    _show(t)
     if not rows:
         typer.echo(f"no PROF_* runs in {output}")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _show(renderable: Any) -> None:
+    """Print rich output on stdout. On a terminal it wraps to the window; piped or redirected it
+    is as wide as its widest line (rich would cut it to 80 columns) and plain, without colour."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        from rich.measure import Measurement
+
+        wide = Console(width=1 << 16, no_color=True, highlight=False)
+        needed = Measurement.get(wide, wide.options, renderable).maximum
+        console = Console(width=max(needed, 80), no_color=True, highlight=False)
+        with console.capture() as captured:
+            console.print(renderable)
+        # rich pads every line to the table's width: trailing blanks only get in the way of grep and diff
+        typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+        return
+    console.print(renderable)
 
 
 TraceArg = Annotated[Path, typer.Argument(
@@ -229,6 +284,9 @@ def import_(
     progress: ProgressOpt = None,
 ) -> None:
     """Import a trace into the msprof-py trace event table (Parquet)."""
+    from msprof_py import loading
+    from msprof_py.trace import write_trace
+
     loading.check_table_output(output)
     trace = _load(trace_path, lenient, progress)
     write_trace(trace, output)
@@ -247,6 +305,9 @@ def export(
     progress: ProgressOpt = None,
 ) -> None:
     """Export a trace to Chrome Trace Event JSON (Perfetto, chrome://tracing)."""
+    from msprof_py import loading
+    from msprof_py.trace import export_chrome
+
     loading.check_json_output(output)
     trace = _load(trace_path, lenient, progress)
     with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
@@ -265,15 +326,17 @@ def info(
     progress: ProgressOpt = None,
 ) -> None:
     """Summarize a trace: span, ranks, devices, streams, events per kind, top time consumers."""
-    trace = _load(trace_path, lenient, progress)
+    from msprof_py.summary import NAME_CHARS, SUMMARY_COLUMNS, render, summarize
+
+    trace = _load(trace_path, lenient, progress, columns=SUMMARY_COLUMNS)
     summary = summarize(trace, top=top)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
-        Console().print(render(summary, title=str(trace_path)))
+        _show(render(summary, title=str(trace_path), name_chars=NAME_CHARS if _stdout_is_terminal() else None))
 
 
-WindowOpt = Annotated[str, typer.Option(
+WindowOpt = Annotated[Window, typer.Option(
     "--window", help="Which events to analyze: 'all', or 'complete_steps' (drop the last, usually cut-short "
                      "profiler step, as Holistic Trace Analysis does).")]
 AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
@@ -284,18 +347,22 @@ AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
 def analyze(
     trace_path: TraceArg,
     analyzer: AnalyzerOpt = None,
-    window: WindowOpt = "all",
+    window: WindowOpt = Window.all,
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
+    from msprof_py import report
+    from msprof_py.compare import render_findings
+
+    _check_analyzers(analyzer)
     trace = _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=_window(window), timelines=0)
+    rep = report.build(trace, analyzer, window=window.value, timelines=0)
     if as_json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
     else:
-        Console().print(render_findings(rep, title=str(trace_path)))
+        _show(render_findings(rep, title=str(trace_path)))
 
 
 @app.command("report")
@@ -304,29 +371,31 @@ def report_cmd(
     output: Annotated[Path, typer.Option(
         "-o", "--output", show_default=False,
         help="Report file to write; its extension picks the format (.md / .markdown, .html / .htm, .json).")],
-    fmt: Annotated[Optional[str], typer.Option(
+    fmt: Annotated[Optional[ReportFormat], typer.Option(
         "--format", "-f", show_default=False,
         help="md, html (self-contained, works offline) or json; only needed when the file name's extension "
              "is none of these, and must agree with it otherwise.")] = None,
-    fail_on: Annotated[Optional[str], typer.Option(
+    fail_on: Annotated[Optional[FailOn], typer.Option(
         "--fail-on", show_default=False,
         help="Exit 1 when a finding is at least this severe (warning or critical): for CI gating.")] = None,
     analyzer: AnalyzerOpt = None,
-    window: WindowOpt = "all",
+    window: WindowOpt = Window.all,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
     """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
-    fmt = report.format_for(output, fmt)
-    level = _severity(fail_on) if fail_on is not None else None
+    from msprof_py import loading, report
+
+    fmt_name = report.format_for(output, fmt)
     loading.check_parent(output)
+    _check_analyzers(analyzer)
     trace = _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=_window(window))
-    report.write(rep, output, fmt)
+    rep = report.build(trace, analyzer, window=window.value)
+    report.write(rep, output, fmt_name)
     worst = report.worst(rep)
-    typer.echo(f"wrote {fmt} report with {len(rep['findings'])} findings to {output}")
-    if level is not None and worst is not None and worst >= level:
-        typer.echo(f"{PROG}: findings at or above {fail_on} (worst: {worst})", err=True)
+    typer.echo(f"wrote {fmt_name} report with {len(rep['findings'])} findings to {output}")
+    if fail_on is not None and worst is not None and worst >= _severity(fail_on):
+        typer.echo(f"{PROG}: findings at or above {fail_on.value} (worst: {worst})", err=True)
         raise typer.Exit(1)
 
 
@@ -334,29 +403,43 @@ def report_cmd(
 def diff_cmd(
     base: Annotated[Path, typer.Argument(metavar="BASE", help="The trace before the change.")],
     new: Annotated[Path, typer.Argument(metavar="NEW", help="The trace after the change.")],
-    window: WindowOpt = "all",
+    window: WindowOpt = Window.all,
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     lenient: LenientOpt = False,
 ) -> None:
     """Compare two traces: throughput, step time, memory, bubble ratio, and per-finding change."""
-    a = report.build(_load(base, lenient, None, analysis_only=True), window=_window(window), timelines=0)
-    b = report.build(_load(new, lenient, None, analysis_only=True), window=_window(window), timelines=0)
+    from msprof_py import report
+    from msprof_py.compare import compare, render_diff
+
+    a = report.build(_load(base, lenient, None, analysis_only=True), window=window.value, timelines=0)
+    b = report.build(_load(new, lenient, None, analysis_only=True), window=window.value, timelines=0)
     table = compare(a, b)
     if as_json:
         typer.echo(json.dumps(table, indent=2, allow_nan=False))
     else:
-        Console().print(render_diff(table, str(base), str(new)))
+        _show(render_diff(table, str(base), str(new)))
 
 
-@app.command("eval")
+class _EvalCommand(TyperCommand):
+    """`eval --help`: the command's help, then the evaluation's defaults (read where they are defined,
+    and only when help is asked for: the module costs start-up time)."""
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        super().format_help(ctx, formatter)
+        from msprof_py import evaluate
+
+        formatter.write(f"\ndefaults: {evaluate.DEFAULT_SEEDS} seeds (0..{evaluate.DEFAULT_SEEDS - 1}); a problem kind "
+                        f"injected fewer than {evaluate.MIN_INJECTIONS} times gets further seeds\n")
+
+
+@app.command("eval", cls=_EvalCommand)
 def eval_cmd(
     scenario: Annotated[Optional[list[str]], typer.Option(
         "--scenario", "-s", show_default=False, help="Scenario to score (repeatable); default: all.")] = None,
     seeds: Annotated[Optional[str], typer.Option(
         "--seeds", show_default=False,
-        help=f"Seeds of every case: a count (5: seeds 0..4), a range (10..14) or a list (0,3,7); default "
-             f"{evaluate.DEFAULT_SEEDS} (--quick: seed 0). Kinds injected fewer than {evaluate.MIN_INJECTIONS} "
-             "times get further seeds.")] = None,
+        help="Seeds of every case: a count (5: seeds 0..4), a range (10..14) or a list (0,3,7); the default "
+             "is below (--quick: seed 0). Kinds injected too rarely get further seeds.")] = None,
     quick: Annotated[bool, typer.Option(
         "--quick", help="Only the small CI subset (seed 0 unless --seeds, no further seeds).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -367,6 +450,7 @@ def eval_cmd(
     problem. Prints precision / recall per problem kind and the false alarms on healthy runs."""
     import sys
 
+    from msprof_py import evaluate, loading
     from runtime_emu import scenarios
 
     seed_list = None if seeds is None else evaluate.parse_seeds(seeds)
@@ -377,7 +461,7 @@ def eval_cmd(
     if as_json:
         typer.echo(json.dumps(scores.to_dict(), indent=2, allow_nan=False))
         return
-    Console(width=max(Console().width, 120)).print(evaluate.render(scores))
+    _show(evaluate.render(scores))
 
 
 ScenarioArg = Annotated[Optional[str], typer.Argument(
@@ -500,13 +584,14 @@ def demo(
 ) -> None:
     """Profile a built-in YOLO pipeline that has two problems (no triple buffering, a memory
     leak), print what the analyzers find, and write an HTML report into its PROF dir."""
-    from msprof_py import capture
+    from msprof_py import capture, prof_dir, report
+    from msprof_py.compare import render_findings
 
     prof = capture.emulate("yolo-pipeline", output, problems=["leak"], params={"triple_buffer": False}, seed=seed)
     rep = report.build(prof_dir.read_raw(prof))
     html = report.write(rep, prof / "report.html", "html")
     prof_dir.write_readme(prof)
-    Console(width=140).print(render_findings(rep, title="yolo-pipeline, no triple buffering, leaking"))
+    _show(render_findings(rep, title="yolo-pipeline, no triple buffering, leaking"))
     timeline = next((prof / prof_dir.EXPORT_DIR).glob("msprof_*.json"))
     typer.echo(f"profile data: {prof}  (README.txt lists every file)")
     typer.echo(f"report:       {html}  (open it in a browser; it works offline)")
@@ -549,26 +634,31 @@ def _self_command() -> str:
     return started
 
 
-def _window(window: str) -> str:
-    if window not in ("all", "complete_steps"):
-        raise MsprofError(f"--window must be 'all' or 'complete_steps', got {window!r}")
-    return window
-
-
-def _severity(name: str):
+def _severity(level: FailOn):
     from analyzers import Severity
 
-    try:
-        return Severity[name.upper()]
-    except KeyError:
-        raise MsprofError(f"--fail-on must be 'warning' or 'critical', got {name!r}") from None
+    return Severity[level.name.upper()]
 
 
-def _load(trace_path: Path, lenient: bool, progress: bool | None, *, analysis_only: bool = False) -> Trace:
+def _check_analyzers(names: list[str] | None) -> None:
+    """Fail before any loading when `--analyzer` names one that does not exist."""
+    from analyzers.finding import analyzer_names
+
+    known = analyzer_names()
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        raise MsprofError(f"unknown analyzer {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+
+
+def _load(trace_path: Path, lenient: bool, progress: bool | None, *, analysis_only: bool = False,
+          columns: tuple[str, ...] | None = None) -> Trace:
+    from msprof_py import loading, prof_dir
+
     if prof_dir.is_prof_dir(trace_path):
         return prof_dir.read_raw(trace_path)
     with loading.progress_reporter(loading.input_bytes(trace_path), force=progress) as report:
-        return loading.load_any(trace_path, lenient=lenient, progress=report, analysis_only=analysis_only)
+        return loading.load_any(trace_path, lenient=lenient, progress=report, analysis_only=analysis_only,
+                                columns=columns)
 
 
 def main() -> None:

@@ -11,13 +11,13 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Callable
 
 from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace import Trace, import_trace, read_trace
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -25,25 +25,35 @@ PARQUET_MAGIC = b"PAR1"
 #: Below this input size a load takes well under a second: a bar would only flicker.
 LARGE_INPUT_BYTES = 16 * 1024 * 1024
 JSON_SUFFIXES = (".json", ".json.gz")
+#: A sample or scenario directory keeps its table here, next to ground_truth.json.
+TABLE_SUBDIR = "trace"
 
 
 def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallback | None = None,
-             analysis_only: bool = False) -> Trace:
+             analysis_only: bool = False, columns: tuple[str, ...] | None = None) -> Trace:
     """Read a trace table (Parquet file or partitioned directory) or import a JSON trace.
 
     `analysis_only` reads from Parquet only the columns analyzers use (no args / extra / id):
     on a 10M-event trace that is a third of the memory; a JSON import then skips building the
-    verbatim args / extra text columns.
+    verbatim args / extra text columns. `columns` reads only those from Parquet (a JSON import
+    builds every column), each checked for its schema type.
     """
-    path = Path(path)
+    path = table_path(Path(path))
     if not path.exists():
         raise MsprofError(f"{path}: no such file or directory")
     if path.is_dir() or is_parquet(path):
-        if analysis_only:
+        if columns is None and analysis_only:
             from analyzers.frames import ANALYSIS_COLUMNS
 
-            return read_trace(path, columns=list(ANALYSIS_COLUMNS))
-        return read_trace(path)
+            columns = ANALYSIS_COLUMNS
+        if columns is None:
+            return read_trace(path)
+        try:
+            return _checked(read_trace(path, columns=list(columns)), path)
+        except KeyError:
+            # A column is missing: the whole-table read's validation names every missing one.
+            read_trace(path)
+            raise
     trace = import_trace(path, lenient=lenient, progress=progress, analysis_only=analysis_only)
     skipped = skipped_events(trace)
     if skipped and len(trace) == 0:
@@ -51,6 +61,32 @@ def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallb
         # array into an empty trace.
         raise TraceFormatError(f"{path}: not a trace: all {skipped} events are malformed")
     return trace
+
+
+def _checked(trace: Trace, path: Path) -> Trace:
+    """A partly read table, its columns checked as `validate` checks a whole one (types, nulls)."""
+    from msprof_py.trace.schema import COLUMNS
+
+    import pyarrow as pa
+
+    for name, typ, nullable in COLUMNS:
+        if name not in trace.table.column_names:
+            continue
+        col = trace.table.column(name)
+        if col.type != typ and not (pa.types.is_dictionary(typ) and pa.types.is_dictionary(col.type)):
+            raise TraceFormatError(f"{path}: column {name!r} has type {col.type}, expected {typ}")
+        if not nullable and col.null_count:
+            raise TraceFormatError(f"{path}: column {name!r} has {col.null_count} null values")
+    return trace
+
+
+def table_path(path: Path) -> Path:
+    """Where the table of `path` is: a directory holding no partitions or Parquet files of its own
+    but a `trace/` table (a sample such as sample_traces/emulated/bert-train-dp) means that table."""
+    if path.is_dir() and (path / TABLE_SUBDIR).is_dir() and not any(
+            p.name.startswith("rank=") or p.suffix == ".parquet" for p in path.iterdir()):
+        return path / TABLE_SUBDIR
+    return path
 
 
 def is_parquet(path: Path) -> bool:
@@ -66,7 +102,7 @@ def skipped_events(trace: Trace) -> int:
 
 def input_bytes(path: str | Path) -> int:
     """Size of a trace file, or of all files under a partitioned directory (0 if missing)."""
-    path = Path(path)
+    path = table_path(Path(path))
     if path.is_file():
         return path.stat().st_size
     if path.is_dir():
@@ -113,9 +149,16 @@ def progress_reporter(input_size_bytes: int, *, force: bool | None = None,
     The bar shows when `force` is True, or when `force` is None, stderr is a terminal and the
     input is large; otherwise the callback does nothing (so tests and pipes stay silent).
     """
+    if force is None and (input_size_bytes < LARGE_INPUT_BYTES or (console is None and not _stderr_is_terminal())):
+        force = False  # decided without importing rich: it costs start-up time
+    if force is False:
+        yield _ignore
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
     console = console or Console(stderr=True)
-    show = force if force is not None else (console.is_terminal and input_size_bytes >= LARGE_INPUT_BYTES)
-    if not show:
+    if force is None and not console.is_terminal:
         yield _ignore
         return
     # Percent, not counts: stages count different things (bytes, events).
@@ -129,6 +172,12 @@ def progress_reporter(input_size_bytes: int, *, force: bool | None = None,
             bar.update(tasks[stage], completed=done, total=max(total, 1))
 
         yield update
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    return sys.stderr is not None and sys.stderr.isatty()
 
 
 def _ignore(stage: str, done: int, total: int) -> None:

@@ -33,11 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from msprof_py.errors import MsprofError
-from msprof_py.summaries import CSV_SUMMARIES, summaries
 from msprof_py.trace import Trace, export_chrome, read_trace, write_trace
 from msprof_py.trace.atomic import atomic_file, file_mode
 from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, canonical_dictionaries
@@ -130,6 +128,8 @@ def _targets(t: pa.Table) -> np.ndarray:
         np.array([], dtype=object)
     pid = t.column("pid").to_numpy()
     device = t.column("device").fill_null(-1).to_numpy()
+    import pandas as pd  # here, not at the top: reading a PROF dir (`info`) must not pay for pandas
+
     marks = np.isin(names, (*DEVICE_KINDS, "counter")) & (device >= 0)
     owner = pd.Series(device[marks]).groupby(pid[marks]).first()
     return pd.Series(pid).map(owner).fillna(-1).astype(np.int64).to_numpy()
@@ -161,6 +161,8 @@ def write_exports(prof: str | Path, trace: Trace, *, stamp: str | None = None) -
     The new directory is built beside the old one and swapped in, so a reader sees the old
     exports or the new ones, never a mix.
     """
+    from msprof_py.summaries import CSV_SUMMARIES, summaries  # pandas: only where summaries are written
+
     prof = Path(prof)
     stamp = stamp or export_stamp()
     final = prof / EXPORT_DIR

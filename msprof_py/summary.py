@@ -15,12 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from msprof_py.trace import KINDS, Trace
+from msprof_py.trace.units import MiB, ms, sig
 
 #: Kinds of rows that ran on a device (their `stream` column is a device stream).
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 #: Kinds of rows that are host-side runtime/framework calls.
 HOST_API_KINDS = ("api", "launch", "sync")
 UNNAMED = "(unnamed)"
+#: The columns `summarize` reads: `info` loads only these from a Parquet table.
+SUMMARY_COLUMNS = ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream")
 #: Kernel names run to hundreds of characters; this keeps a top table within 80 columns.
 NAME_CHARS = 40
 
@@ -72,7 +75,8 @@ class Summary:
 
 def summarize(trace: Trace, top: int = 10) -> Summary:
     """Summarize a trace; `top` limits each of the two top-name lists."""
-    table = trace.table
+    # Filters below copy every column they keep: the verbatim args would dominate the cost.
+    table = trace.table.select(list(SUMMARY_COLUMNS))
     kind = table.column("kind").cast(pa.string())
     # Metadata rows (process names, sort indices) carry no time of their own; Kineto stamps
     # them with arbitrary ts, which would stretch the span.
@@ -148,15 +152,18 @@ def _top_names(table: pa.Table, kind: pa.ChunkedArray, kinds: tuple[str, ...], t
 # ---------------------------------------------------------------- rendering
 
 def format_ns(ns: int) -> str:
-    """A duration in the largest unit that keeps it >= 1 (ns, us, ms, s)."""
-    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns} ns"
+    """A duration for people: in ms (the one time unit of text output), 3 significant digits."""
+    return ms(ns)
 
 
-def render(summary: Summary, title: str | None = None) -> RenderableType:
-    """The summary as rich tables (overview, kinds, streams, top device work, top host APIs)."""
+def format_bytes(n_bytes: int) -> str:
+    """A size for people: in MiB (the one memory unit of text output), 3 significant digits."""
+    return f"{sig(n_bytes / MiB)} MiB"
+
+
+def render(summary: Summary, title: str | None = None, name_chars: int | None = NAME_CHARS) -> RenderableType:
+    """The summary as rich tables (overview, kinds, streams, top device work, top host APIs);
+    names longer than `name_chars` are clipped (None: never, for output that is not a terminal)."""
     overview = Table.grid(padding=(0, 2))
     overview.add_column(style="bold")
     overview.add_column()
@@ -164,14 +171,14 @@ def render(summary: Summary, title: str | None = None) -> RenderableType:
         ("source format", Text(summary.source_format)),
         ("events", f"{summary.events:,}"),
         ("span", f"{format_ns(summary.span_ns)} ({summary.span_ns:,} ns)"),
-        ("ranks", _int_list(summary.ranks)),
+        ("ranks", _counted(summary.ranks)),
         ("world size", "-" if summary.world_size is None else str(summary.world_size)),
-        ("devices", _int_list(summary.devices)),
+        ("devices", _counted(summary.devices)),
     ]
     if summary.skipped_events:
         rows.append(("skipped events", f"{summary.skipped_events:,}"))
     for key, value in rows:
-        overview.add_row(key, value)
+        overview.add_row(f"{key}:", value)
 
     kinds = Table(title="events per kind", title_justify="left")
     kinds.add_column("kind")
@@ -189,31 +196,36 @@ def render(summary: Summary, title: str | None = None) -> RenderableType:
     parts: list[RenderableType] = [overview, kinds]
     if summary.streams:
         parts.append(streams)
-    parts.append(_name_table("top device work (kernel, memcpy, memset, collective)", summary.top_device))
-    parts.append(_name_table("top host APIs (api, launch, sync)", summary.top_host))
+    parts.append(_name_table("top device work (kernel, memcpy, memset, collective)", summary.top_device, name_chars))
+    parts.append(_name_table("top host APIs (api, launch, sync)", summary.top_host, name_chars))
     if title:
         parts.insert(0, Text(title, style="bold"))
     return Group(*parts)
 
 
-def _name_table(title: str, names: tuple[NameTime, ...]) -> Table:
+def _name_table(title: str, names: tuple[NameTime, ...], name_chars: int | None) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("name", no_wrap=True)
     table.add_column("count", justify="right", no_wrap=True)
-    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("total (ms)", justify="right", no_wrap=True)
     table.add_column("% of span", justify="right", no_wrap=True)
     for n in names:
-        share = f"{100 * n.share_of_span:.1f}"
+        share = sig(100 * n.share_of_span)
         # Text, not str: names such as "[memory]" must not be read as rich markup.
-        table.add_row(Text(_clip(n.name)), f"{n.count:,}", format_ns(n.total_ns), share)
+        table.add_row(Text(_clip(n.name, name_chars)), f"{n.count:,}", sig(n.total_ns / 1e6), share)
     if not names:
         table.add_row("(none)", "", "", "")
     return table
 
 
-def _clip(name: str) -> str:
+def _clip(name: str, name_chars: int | None) -> str:
     # Clipped here, not by rich: rich shrinks every no-wrap column alike, numbers included.
-    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
+    return name if name_chars is None or len(name) <= name_chars else name[: name_chars - 1] + "…"
+
+
+def _counted(values: tuple[int, ...]) -> str:
+    """How many, then which: '1 (0)', '4 (0, 1, 2, 3)'; '0' when none."""
+    return f"{len(values)} ({_int_list(values)})" if values else "0"
 
 
 def _int_list(values: tuple[int, ...]) -> str:

@@ -1,0 +1,34 @@
+"""The closed sets of values the CLI and the library accept, each defined once.
+
+Plain enums with no imports beyond the standard library: the CLI declares its options with them
+(Typer turns an enum into a checked choice listed in `--help`), and the modules that take the
+same values (report formats, analysis windows) read their lists from here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Window(str, Enum):
+    """Which events an analysis sees."""
+
+    all = "all"
+    #: Drop the last, usually cut-short, profiler step, as Holistic Trace Analysis does.
+    complete_steps = "complete_steps"
+
+
+class ReportFormat(str, Enum):
+    """The formats `report` writes."""
+
+    md = "md"
+    html = "html"
+    json = "json"
+
+
+class FailOn(str, Enum):
+    """The least severe finding that fails a CI run (`report --fail-on`)."""
+
+    warning = "warning"
+    critical = "critical"
+

@@ -1,0 +1,94 @@
+"""Command-line values converted without pydantic, so the CLI starts fast.
+
+Typer converts every parameter value through a pydantic TypeAdapter, and importing pydantic
+costs about as much as the rest of `msprof-py --help` together (measure it with
+`python -X importtime`). The CLI's parameters are all of a few plain kinds (str, int with
+bounds, bool, Path, a str Enum, a list of those); for those this module installs a converter
+that gives the same values and the same kind of error (click's BadParameter, one line, exit 2).
+A parameter of any other kind keeps Typer's own converter.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from typer import BadParameter
+from typer._coercion import RuntimeParam
+
+#: A Path parameter with any of these set needs Typer's checks (existence, dash, resolving).
+_PATH_FLAGS = {"exists": False, "writable": False, "resolve_path": False, "allow_dash": False,
+               "path_type": None, "file_okay": True, "dir_okay": True, "readable": True}
+
+
+def install(command: Any, ctx: Any) -> None:
+    """Give each plain parameter of `command` and of its subcommands (with their `--help`
+    options, which click adds per context) the fast converter."""
+    for param in command.get_params(ctx):
+        if getattr(param, "_runtime_param", True) is None and _plain(param.type_descriptor.annotation,
+                                                                     param.type_descriptor.parameter_info):
+            param._runtime_param = _PlainParam(parameter_info=param.type_descriptor.parameter_info,
+                                               annotation=param.type_descriptor.annotation)
+    for sub in getattr(command, "commands", {}).values():
+        install(sub, ctx)
+
+
+def _plain(annotation: Any, info: Any) -> bool:
+    if get_origin(annotation) is list:
+        (item,) = get_args(annotation)
+        return get_origin(item) is None and _plain(item, info)
+    if getattr(info, "parser", None) is not None or getattr(info, "click_type", None) is not None:
+        return False
+    if annotation is int:
+        return not info.clamp
+    if annotation is Path:
+        return all(getattr(info, k, v) == v for k, v in _PATH_FLAGS.items())
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return issubclass(annotation, str) and info.case_sensitive
+    return annotation in (str, bool)
+
+
+class _PlainParam(RuntimeParam):
+    """Converts a value of one of the plain kinds `_plain` accepts."""
+
+    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+        if get_origin(self.annotation) is list:
+            (item,) = get_args(self.annotation)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            return [_convert(item, v, self.parameter_info, param, ctx) for v in values]
+        return _convert(self.annotation, value, self.parameter_info, param, ctx)
+
+
+def _convert(annotation: Any, value: Any, info: Any, param: Any, ctx: Any) -> Any:
+    if annotation is str:
+        return value if isinstance(value, str) else str(value)
+    if annotation is Path:
+        return value if isinstance(value, Path) else Path(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "t", "yes", "y", "on"):
+            return True
+        if text in ("0", "false", "f", "no", "n", "off"):
+            return False
+        raise BadParameter(f"{value!r} is not a valid boolean.", ctx=ctx, param=param)
+    if annotation is int:
+        try:
+            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip(), 10)
+        except ValueError:
+            raise BadParameter(f"{value!r} is not a valid integer.", ctx=ctx, param=param) from None
+        if info.min is not None and number < info.min:
+            raise BadParameter(f"{number} is smaller than the minimum {info.min}.", ctx=ctx, param=param)
+        if info.max is not None and number > info.max:
+            raise BadParameter(f"{number} is larger than the maximum {info.max}.", ctx=ctx, param=param)
+        return number
+    # a str Enum: exact, case-sensitive choice, as Typer does by default
+    if isinstance(value, annotation):
+        return value
+    for member in annotation:
+        if member.value == value:
+            return member
+    choices = ", ".join(repr(m.value) for m in annotation)
+    raise BadParameter(f"{value!r} is not one of {choices}.", ctx=ctx, param=param)
