@@ -154,17 +154,16 @@ def _classify(raw: RawEvents, is_x: np.ndarray, flows: "_Ac2g") -> tuple[list[st
 
 
 def _device_kinds(raw: RawEvents, dev: np.ndarray, device_cats: dict[str, str | None]) -> np.ndarray:
-    cat_dev = raw.take("cat", dev).to_numpy(zero_copy_only=False).astype(object)
-    names = raw.take("name", dev)
+    cats = raw.is_in
+    names = common.distinct(raw.take("name", dev))
     kinds = kind_codes(len(dev), "kernel")
-    for c, kind in device_cats.items():
-        if kind is not None:
-            kinds[cat_dev == c] = CODE[kind]
-    by_name = np.isin(cat_dev, [c for c, k in device_cats.items() if k is None])
-    kinds[by_name & matches(names, _COPY)] = CODE["memcpy"]
-    kinds[by_name & matches(names, _FILL)] = CODE["memset"]
-    is_sync = kinds == CODE["sync"]
-    kinds[is_sync & mask_of(names, ("Event Sync",))] = CODE["wait"]
+    for kind in set(device_cats.values()) - {None, "kernel"}:
+        kinds[cats("cat", tuple(c for c, k in device_cats.items() if k == kind))[dev]] = CODE[kind]
+    by_name = cats("cat", tuple(c for c, k in device_cats.items() if k is None))[dev]
+    if by_name.any():
+        kinds[by_name & matches(names, _COPY)] = CODE["memcpy"]
+        kinds[by_name & matches(names, _FILL)] = CODE["memset"]
+    kinds[(kinds == CODE["sync"]) & mask_of(names, ("Event Sync",))] = CODE["wait"]
     kinds[(kinds == CODE["kernel"]) & matches(names, _COLLECTIVE)] = CODE["collective"]
     return kinds
 
@@ -177,7 +176,7 @@ def _runtime_kinds(raw: RawEvents, t: Typed, rt: np.ndarray, rt_corr: pa.Array) 
     at = np.minimum(np.searchsorted(ids, mine), max(len(ids) - 1, 0))
     found = rt_corr.is_valid().to_numpy(zero_copy_only=False) & (ids[at] == mine if len(ids) else False)
     n_tasks = np.where(found, tasks[at] if len(ids) else 0, 0)
-    names = raw.take("name", rt)
+    names = common.distinct(raw.take("name", rt))
     named = raw.is_in("cat", _NAMED_LAUNCH_CATS)[rt]
     # CUDA / HIP: a launch is one of the calls known to enqueue exactly one task. Other
     # backends' call names are not known in advance: a call is a launch when it is the first
