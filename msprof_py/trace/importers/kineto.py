@@ -238,9 +238,10 @@ class _Ac2g:
         raw = self.raw
         points = self._ends[end][0]
         x = np.flatnonzero(raw.is_in("ph", ("X",)))
-        pairs = np.stack([np.concatenate([raw.pid[x], raw.pid[points]]),
-                          np.concatenate([raw.tid[x], raw.tid[points]])], axis=1)
-        _, track = np.unique(pairs, axis=0, return_inverse=True)
+        # Tracks as dense ids: pid and tid each made dense, then paired without collisions.
+        _, pid = np.unique(np.concatenate([raw.pid[x], raw.pid[points]]), return_inverse=True)
+        tids, tid = np.unique(np.concatenate([raw.tid[x], raw.tid[points]]), return_inverse=True)
+        _, track = np.unique(pid.reshape(-1).astype(np.int64) * len(tids) + tid.reshape(-1), return_inverse=True)
         track = track.reshape(-1)
         x_track, p_track = track[:len(x)], track[len(x):]
         x = x[np.isin(x_track, p_track)]
@@ -271,15 +272,17 @@ class _Ac2g:
         return np.isin(rows, ends[np.isin(end_ids, start_ids)])
 
     def fill(self, rows: np.ndarray, corr: pa.Array, end: str) -> pa.Array:
-        """`corr` of `rows`, with the bound flow's id where the event carries no correlation arg."""
+        """`corr` of `rows` (ascending), with the bound flow's id where the event carries no
+        correlation arg."""
         missing = corr.is_null().to_numpy(zero_copy_only=False)
         if not missing.any():
             return corr
         hit, ids = self.bound(end, rows[missing])
         if not len(hit):
             return corr
-        out = np.array(corr.to_pylist(), dtype=object)
-        pos = {r: i for i, r in enumerate(rows.tolist())}
-        for r, i in zip(hit.tolist(), ids.tolist()):
-            out[pos[r]] = i
-        return pa.array(out.tolist(), type=pa.int64())
+        values = corr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        valid = ~missing
+        at = np.searchsorted(rows, hit)
+        values[at] = ids
+        valid[at] = True
+        return pa.array(values, mask=~valid)
