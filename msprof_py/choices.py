@@ -32,3 +32,7 @@ class FailOn(str, Enum):
     warning = "warning"
     critical = "critical"
 
+
+
+#: What a value of each enum is, for the one-line error naming a value that is none of them.
+NOUNS: dict[type[Enum], str] = {Window: "analysis window", ReportFormat: "report format", FailOn: "--fail-on severity"}

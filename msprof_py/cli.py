@@ -68,8 +68,10 @@ class _App(TyperGroup):
             if isinstance(exc, NoArgsIsHelpError):
                 typer.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
                 sys.exit(exc.exit_code)
+            from msprof_py.cli_params import UnknownChoice
+
             ctx = getattr(exc, "ctx", None)
-            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None and not isinstance(exc, UnknownChoice) else ""
             typer.echo(f"{PROG}: error: {' '.join(exc.format_message().split()).rstrip('.')}{hint}", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:

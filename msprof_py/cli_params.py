@@ -90,5 +90,15 @@ def _convert(annotation: Any, value: Any, info: Any, param: Any, ctx: Any) -> An
     for member in annotation:
         if member.value == value:
             return member
-    choices = ", ".join(repr(m.value) for m in annotation)
-    raise BadParameter(f"{value!r} is not one of {choices}.", ctx=ctx, param=param)
+    from msprof_py.choices import NOUNS
+
+    noun = NOUNS.get(annotation) or f"{param.opts[0] if param.opts else param.name} value"
+    raise UnknownChoice(f"unknown {noun} {value!r}; choose one of {', '.join(m.value for m in annotation)}",
+                        ctx=ctx, param=param)
+
+
+class UnknownChoice(BadParameter):
+    """A value that is none of an enum's: the message names the choices, so it stands alone."""
+
+    def format_message(self) -> str:
+        return self.message

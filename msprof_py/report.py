@@ -18,12 +18,14 @@ from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
 from analyzers.streams import copy_bandwidth
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
+from msprof_py.choices import ReportFormat
 from msprof_py.compare import cost_text
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
+from msprof_py.trace.units import mib, ms, sig
 
-FORMATS = ("md", "html", "json")
+FORMATS = tuple(f.value for f in ReportFormat)
 #: Report file extensions and the format each one means.
 EXTENSIONS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 #: Findings that get an evidence timeline in the HTML report, and at most how many events each.
@@ -37,8 +39,7 @@ def format_for(path: str | Path, fmt: str | None = None) -> str:
     path = Path(path)
     ext = path.suffix.lower()
     if fmt is not None:
-        if fmt not in FORMATS:
-            raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        fmt = _format(fmt)
         if ext in EXTENSIONS and EXTENSIONS[ext] != fmt:
             raise MsprofError(f"--format {fmt} contradicts the file name {path.name} ({ext} is {EXTENSIONS[ext]}); "
                               f"drop --format or change the extension")
@@ -87,10 +88,16 @@ def worst(report: dict[str, Any]) -> Severity | None:
     return max(sev) if sev else None
 
 
-def write(report: dict[str, Any], path: str | Path, fmt: str) -> Path:
-    if fmt not in FORMATS:
-        raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    text = {"md": to_markdown, "html": to_html, "json": to_json}[fmt](report)
+def _format(fmt: str | ReportFormat) -> str:
+    """`fmt` as a known format's name (the CLI's --format is already one; library callers pass text)."""
+    try:
+        return ReportFormat(fmt).value
+    except ValueError:
+        raise MsprofError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}") from None
+
+
+def write(report: dict[str, Any], path: str | Path, fmt: str | ReportFormat) -> Path:
+    text = {"md": to_markdown, "html": to_html, "json": to_json}[_format(fmt)](report)
     path = Path(path)
     with atomic_file(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -115,7 +122,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"### {i}. [{f['severity']}] {_md(f['title'])} ({f['code']})", "",
                   f"{_md(f['message'])}", "",
                   f"- where: {_where(f)}; lost: {_lost(f)}",
-                  f"- metric: {f['metric']} = {_val(f['value'])} (threshold {_val(f['threshold'])})"]
+                  f"- metric: {f['metric']} = {_metric(f['metric'], f['value'])} "
+                  f"(threshold {_metric(f['metric'], f['threshold'])})"]
         lk = f.get("lookup")
         if lk:
             lines += [f"- symptom: {_md(lk['symptom'])}", f"- cause: {_md(lk['cause'])}",
@@ -331,8 +339,8 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
             ("events", f"{s.get('events', 0):,}", ""), ("ranks", str(s.get("ranks", 0)), "")]
     if s.get("steps") is not None:
         rows += [("steps", str(s["steps"]), "profiler steps"),
-                 ("step time (mean)", _opt(s.get("step_time_ns_mean"), lambda v: f"{v / 1e6:.3f} ms"), ""),
-                 ("throughput", _opt(s.get("throughput_steps_per_s"), lambda v: f"{v:.2f} steps/s"), "")]
+                 ("step time (mean)", _opt(s.get("step_time_ns_mean"), ms), ""),
+                 ("throughput", _opt(s.get("throughput_steps_per_s"), lambda v: f"{sig(v)} steps/s"), "")]
     util = s.get("device_utilisation_mean")
     if util is not None:
         rows.append(("device utilisation", f"{util:.1%}",
@@ -357,7 +365,7 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
         rows.append(("communication hidden under compute", f"{s['comm_overlap_ratio']:.1%}",
                      "collective time overlapped by compute kernels / collective time"))
     if s.get("peak_memory_bytes") is not None:
-        rows.append(("peak device memory", f"{s['peak_memory_bytes'] / 2**20:.1f} MiB", ""))
+        rows.append(("peak device memory", mib(s["peak_memory_bytes"]), ""))
     return rows
 
 
@@ -366,7 +374,8 @@ def _opt(v: Any, fmt) -> str:
 
 
 def _ms(ns: Any) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f}"
+    """ns as a number of ms for a column headed in ms, 3 significant digits."""
+    return "-" if ns is None else sig(ns / 1e6)
 
 
 #: The copies table: HTA's memory bandwidth summary (not per-copy rates; see analyzers.memcpy).
@@ -391,8 +400,20 @@ def _val(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.6g}"
+        return sig(v)
     return str(v)
+
+
+def _metric(name: str, v: Any) -> str:
+    """A finding's metric or threshold in the report's units: bytes in MiB, ns in ms, others to 3
+    significant digits (the JSON report keeps the exact value)."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return _val(v)
+    if "bytes" in name:
+        return mib(v)
+    if name.endswith("_ns"):
+        return ms(v)
+    return sig(v)
 
 
 def _where(f: dict[str, Any]) -> str:
