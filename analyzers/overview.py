@@ -9,7 +9,8 @@ import numpy as np
 
 from analyzers.finding import AnalysisResult
 from analyzers.frames import Frames, union_ns
-from analyzers.streams import bandwidth_summary, copy_bandwidth, queue_series, queue_summary, stream_time
+from analyzers.memcpy import bandwidth_summary
+from analyzers.streams import copy_bandwidth, queue_series, queue_summary, stream_time
 
 
 def overview(frames: Frames, result: AnalysisResult | None = None) -> dict[str, Any]:

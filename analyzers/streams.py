@@ -6,8 +6,8 @@ be checked against it on the same traces:
 - idle time of a stream = the gaps between consecutive device ops on it (sorted by start);
 - queue length = +1 at each launch, -1 when the launched op starts, cumulated per stream;
   statistics over the points of that step function (as HTA's `describe()`);
-- copy bandwidth = bytes / duration per copy, summed over overlapping copies of one kind
-  (+bw at start, -bw at end, cumulated), statistics over the positive points.
+- copy rate = bytes / duration per copy (`copy_bandwidth`); the bandwidth in use over time, as
+  HTA defines it (overlapping copies summed, statistics over its samples), is `analyzers.memcpy`.
 """
 
 from __future__ import annotations
@@ -172,40 +172,3 @@ def copy_bandwidth(frames: Frames) -> pd.DataFrame:
                          "bytes": copies["bytes"].to_numpy(), "gbps": gbps})
 
 
-def _bandwidth_points(copies: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """rank, kind code, ts, gbps in use after each change, sorted; and the kind names."""
-    kinds, kind_code = np.unique(copies["kind"].to_numpy().astype(str), return_inverse=True)
-    rank = np.tile(copies["rank"].to_numpy(), 2)
-    code = np.tile(kind_code.reshape(-1), 2)
-    ts = np.concatenate([copies["ts"].to_numpy(), copies["end"].to_numpy()])
-    g = copies["gbps"].to_numpy(dtype=np.float64)
-    gbps = np.concatenate([g, -g])
-    order = np.lexsort((ts, code, rank))  # stable: at equal times, starts before ends
-    rank, code, ts, gbps = rank[order], code[order], ts[order], gbps[order]
-    first, _ = _groups(rank, code)
-    return rank, code, ts, _per_group_cumsum(gbps, first), kinds
-
-
-def bandwidth_series(copies: pd.DataFrame) -> pd.DataFrame:
-    """Bandwidth in use per (rank, copy kind) over time: +gbps at start, -gbps at end, cumulated."""
-    if copies.empty:
-        return pd.DataFrame(columns=["rank", "kind", "ts", "gbps"])
-    rank, code, ts, gbps, kinds = _bandwidth_points(copies)
-    return pd.DataFrame({"rank": rank, "kind": kinds[code].astype(object), "ts": ts, "gbps": gbps})
-
-
-def bandwidth_summary(copies: pd.DataFrame) -> pd.DataFrame:
-    """count, mean, max bandwidth in use per (rank, copy kind), over the positive points."""
-    cols = ["rank", "kind", "count", "gbps_mean", "gbps_max"]
-    if copies.empty:
-        return pd.DataFrame(columns=cols)
-    rank, code, _ts, gbps, kinds = _bandwidth_points(copies)
-    pos = gbps > 1e-12
-    if not pos.any():
-        return pd.DataFrame(columns=cols)
-    rank, code, gbps = rank[pos], code[pos], gbps[pos]
-    _, starts = _groups(rank, code)
-    count = _sizes(starts, len(gbps))
-    return pd.DataFrame({"rank": rank[starts], "kind": kinds[code[starts]].astype(object), "count": count,
-                         "gbps_mean": np.add.reduceat(gbps, starts) / count,
-                         "gbps_max": np.maximum.reduceat(gbps, starts)})

@@ -43,7 +43,8 @@ def ours(path: Path) -> float:
     not the verbatim args / extra text (which `import` keeps for export).
     """
     from analyzers.frames import Frames
-    from analyzers.streams import bandwidth_summary, copy_bandwidth, queue_series, queue_summary, stream_time
+    from analyzers.memcpy import bandwidth_summary
+    from analyzers.streams import copy_bandwidth, queue_series, queue_summary, stream_time
     from msprof_py.loading import load_any
 
     t = time.perf_counter()

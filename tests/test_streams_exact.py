@@ -11,9 +11,8 @@ import json
 import pytest
 
 from analyzers.frames import Frames
+from analyzers.memcpy import bandwidth_in_use, bandwidth_summary
 from analyzers.streams import (
-    bandwidth_series,
-    bandwidth_summary,
     copy_bandwidth,
     queue_series,
     queue_summary,
@@ -84,7 +83,7 @@ def test_copy_kinds_bandwidth_and_concurrent_sum(frames):
     assert _rows(c, ["stream", "kind", "ts", "end", "gbps"]) == [
         (8, "Memcpy HtoD", 5_000, 9_000, 1.0), (8, "Memset", 11_000, 13_000, 0.75),
         (9, "Memcpy HtoD", 7_000, 11_000, 0.5), (9, "Memcpy DtoD", 51_000, 52_000, 0.5)]
-    series = bandwidth_series(c)
+    series = bandwidth_in_use(c)
     htod = series[series["kind"] == "Memcpy HtoD"]
     assert _rows(htod, ["ts", "gbps"]) == [(5_000, 1.0), (7_000, 1.5), (9_000, 0.5), (11_000, 0.0)]
     s = bandwidth_summary(c)
