@@ -240,6 +240,21 @@ def _print_runs(output: Path) -> None:
         typer.echo(f"no PROF_* runs in {output}")
 
 
+def _fit_titles(renderable: Any) -> None:
+    """Make each table at least as wide as its title: rich wraps a longer title (a path, say)
+    to the table's width, which splits it where a pipe reader does not expect a break."""
+    from rich.cells import cell_len
+    from rich.console import Group
+    from rich.table import Table
+
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            _fit_titles(part)
+    elif isinstance(renderable, Table) and renderable.title is not None:
+        title = renderable.title if isinstance(renderable.title, str) else renderable.title.plain
+        renderable.min_width = max(renderable.min_width or 0, cell_len(title))
+
+
 def _stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
@@ -253,6 +268,7 @@ def _show(renderable: Any) -> None:
     if not console.is_terminal:
         from rich.measure import Measurement
 
+        _fit_titles(renderable)
         wide = Console(width=1 << 16, no_color=True, highlight=False)
         needed = Measurement.get(wide, wide.options, renderable).maximum
         console = Console(width=max(needed, 80), no_color=True, highlight=False)

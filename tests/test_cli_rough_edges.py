@@ -1,0 +1,244 @@
+"""What a newcomer meets first: choices, one-line errors, piped output, sample directories, numbers.
+
+Through Typer's CliRunner, except where the point is a real process: output piped to another
+program, and which modules a bare start-up imports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from msprof_py.cli import app
+from msprof_py.trace import units
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces" / "emulated"
+SCRIPT = Path(sys.executable).with_name("msprof-py")
+runner = CliRunner()
+
+
+def one_line_error(args: list[str]) -> str:
+    """Run the CLI, expect exit 2, nothing on stdout and exactly one line on stderr; return it."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (args, result.output, result.exception)
+    assert result.stdout == "", args
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("msprof-py: error: "), (args, result.stderr)
+    assert "Traceback" not in result.stderr
+    return lines[0].removeprefix("msprof-py: error: ")
+
+
+# ---------------------------------------------------------------- choices and errors
+
+@pytest.mark.parametrize("args, message", [
+    (["analyze", "T", "--window", "last"], "unknown analysis window 'last'; choose one of all, complete_steps"),
+    (["diff", "A", "B", "--window", "ALL"], "unknown analysis window 'ALL'; choose one of all, complete_steps"),
+    (["report", "T", "-o", "r.md", "--window", ""], "unknown analysis window ''; choose one of all, complete_steps"),
+    (["report", "T", "-o", "r.md", "-f", "MD"], "unknown report format 'MD'; choose one of md, html, json"),
+    (["report", "T", "-o", "r.md", "--fail-on", "info"],
+     "unknown --fail-on severity 'info'; choose one of warning, critical"),
+    (["emulate", "resnet50-infer", "--memory", "maybe"], "unknown --memory value 'maybe'; choose one of on, off"),
+    (["info", "T", "--top", "-1"], "Invalid value for '--top': -1 is smaller than the minimum 0 "
+                                   "(see msprof-py info --help)"),
+    (["info", "T", "--top", "ten"], "Invalid value for '--top': 'ten' is not a valid integer "
+                                    "(see msprof-py info --help)"),
+    (["info"], "Missing argument 'TRACE' (see msprof-py info --help)"),
+    (["info", "T", "--colour"], "No such option: --colour (see msprof-py info --help)"),
+    (["emulate", "--ranks", "0"], "Invalid value for '--ranks': 0 is smaller than the minimum 1 "
+                                  "(see msprof-py emulate --help)"),
+])
+def test_bad_values_are_one_line_errors_before_any_work(args, message):
+    """Checked by the option's type, so before the trace (here a file that does not exist) is read."""
+    assert one_line_error(args) == message
+
+
+def test_unknown_analyzer_is_one_line(tmp_path):
+    trace = str(SAMPLES / "resnet50-infer")
+    assert one_line_error(["analyze", trace, "-a", "nope"]) == (
+        "unknown analyzer 'nope'; choose from bandwidth, bubbles, launch, links, memory, queue, ranks, sync")
+    assert one_line_error(["analyze", trace, "-a", "bubbles", "-a", "x", "-a", "y"]).startswith(
+        "unknown analyzer 'x', 'y'; choose from ")
+    out = tmp_path / "r.md"
+    assert one_line_error(["report", trace, "-o", str(out), "-a", "nope"]).startswith("unknown analyzer 'nope'")
+    assert not out.exists()
+
+
+def test_unknown_scenario_is_one_line():
+    assert one_line_error(["eval", "-s", "nope", "--quick"]).startswith("unknown scenario(s) nope; choose from ")
+    assert one_line_error(["emulate", "nope", "-o", "x"]).startswith("unknown scenario 'nope'")
+
+
+def test_a_choice_is_accepted_as_its_enum():
+    result = runner.invoke(app, ["analyze", str(SAMPLES / "resnet50-infer"), "-a", "bubbles",
+                                 "--window", "complete_steps", "--json"])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)) == {"findings", "skipped"}
+
+
+def test_no_arguments_prints_the_help():
+    result = runner.invoke(app, [])
+    assert result.exit_code == 2
+    assert "Usage: msprof-py [OPTIONS] COMMAND [ARGS]..." in result.output
+    assert "info" in result.output and "analyze" in result.output
+
+
+def test_eval_help_shows_the_defaults_where_they_are_defined():
+    from msprof_py import evaluate
+
+    result = runner.invoke(app, ["eval", "--help"])
+    assert result.exit_code == 0
+    assert (f"defaults: {evaluate.DEFAULT_SEEDS} seeds (0..{evaluate.DEFAULT_SEEDS - 1}); a problem kind injected "
+            f"fewer than {evaluate.MIN_INJECTIONS} times gets further seeds") in result.output
+
+
+# ---------------------------------------------------------------- sample directories, info
+
+def test_a_sample_directory_is_the_trace_it_holds():
+    sample = SAMPLES / "bert-train-dp"
+    direct = runner.invoke(app, ["info", str(sample / "trace"), "--json"])
+    given = runner.invoke(app, ["info", str(sample), "--json"])
+    assert direct.exit_code == given.exit_code == 0, given.output
+    assert json.loads(given.stdout) == json.loads(direct.stdout)
+    assert json.loads(given.stdout)["ranks"] == list(range(8))
+
+
+def test_a_sample_directory_can_be_analyzed():
+    result = runner.invoke(app, ["analyze", str(SAMPLES / "resnet50-infer-serial-copies"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "BUBBLE_COPY" in {f["code"] for f in json.loads(result.stdout)["findings"]}
+
+
+def test_a_directory_without_a_table_is_still_an_error(tmp_path):
+    (tmp_path / "trace").mkdir()  # a trace/ directory with no partitions in it
+    assert "no rank=*/*.parquet partitions" in one_line_error(["info", str(tmp_path)])
+
+
+def test_info_counts_ranks_then_lists_them():
+    result = runner.invoke(app, ["info", str(SAMPLES / "bert-train-dp")])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "ranks:          8 (0, 1, 2, 3, 4, 5, 6, 7)" in lines
+    assert "world size:     8" in lines
+    one = runner.invoke(app, ["info", str(SAMPLES / "resnet50-infer")]).stdout.splitlines()
+    assert "ranks:          1 (0)" in one and "devices:        1 (0)" in one
+
+
+def test_info_times_are_ms_to_three_digits_and_json_is_exact():
+    sample = SAMPLES / "resnet50-infer"
+    doc = json.loads(runner.invoke(app, ["info", str(sample), "--json"]).stdout)
+    text = runner.invoke(app, ["info", str(sample)]).stdout
+    span = doc["span_ns"]
+    assert f"span:           {units.ms(span)} ({span:,} ns)" in text.splitlines()
+    top = doc["top_device"][0]
+    row = next(line for line in text.splitlines() if line.startswith(f"│ {top['name']} "))
+    assert units.sig(top["total_ns"] / 1e6) in row and units.sig(100 * top["share_of_span"]) in row
+    assert " us " not in text and " ns)" in text  # the exact span in ns is the one other unit
+
+
+# ---------------------------------------------------------------- piped output
+
+def run_piped(*args: str) -> subprocess.CompletedProcess:
+    assert SCRIPT.exists(), f"{SCRIPT} missing: install the package into this venv"
+    return subprocess.run([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=300, cwd=str(REPO))
+
+
+def test_piped_analyze_is_never_cut():
+    sample = "sample_traces/emulated/resnet50-infer-serial-copies"
+    proc = run_piped("analyze", sample, "-a", "bubbles", "-a", "sync")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "…" not in out and "\x1b[" not in out  # no ellipsis, no colour codes
+    assert out.splitlines()[0].strip() == f"{sample}: findings, most costly first"  # the path in one piece
+    lines = out.splitlines()
+    assert all(line == line.rstrip() for line in lines)
+    # Each finding's message sits whole on one line of its cell.
+    doc = json.loads(run_piped("analyze", sample, "-a", "bubbles", "-a", "sync", "--json").stdout)
+    for f in doc["findings"]:
+        assert any(f["message"] in line for line in lines), f["message"]
+        assert any(f["lookup"]["remedy"] in line for line in lines), f["lookup"]["remedy"]
+
+
+def test_piped_info_shows_whole_kernel_names(real_traces):
+    src = real_traces / "kineto/queue_16rank_rank0.json.gz"
+    doc = json.loads(run_piped("info", str(src), "--json").stdout)
+    longest = max((t["name"] for t in doc["top_device"]), key=len)
+    assert len(longest) > 200
+    proc = run_piped("info", str(src))
+    assert proc.returncode == 0, proc.stderr
+    assert any(f"│ {longest} " in line for line in proc.stdout.splitlines())
+
+
+def test_piped_diff_is_never_cut():
+    base = "sample_traces/emulated/yolo-pipeline-no-triple-buffer"
+    new = "sample_traces/emulated/yolo-pipeline"
+    proc = run_piped("diff", base, new)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{base} -> {new}" in proc.stdout and "…" not in proc.stdout
+
+
+# ---------------------------------------------------------------- start-up
+
+def test_start_up_imports_nothing_heavy():
+    """`--help` loads typer and the CLI module only: no pandas, pyarrow, plotly, rich, pydantic,
+    analyzers or emulator (the speed target itself is checked by benchmarks/bench_cli.py)."""
+    probe = ("import sys\n"
+             "sys.argv = ['msprof-py', '--help']\n"
+             "from msprof_py.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "heavy = ('pandas', 'pyarrow', 'numpy', 'plotly', 'rich', 'pydantic', 'analyzers', 'runtime_emu', "
+             "'msgspec', 'dash')\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_info_on_parquet_imports_no_analyzer_no_plotting(tmp_path):
+    probe = ("import sys\n"
+             f"sys.argv = ['msprof-py', 'info', {str(SAMPLES / 'resnet50-infer')!r}]\n"
+             "from msprof_py.cli import main\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+             "heavy = ('plotly', 'pydantic', 'analyzers', 'runtime_emu', 'dash', 'jinja2')\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
+# ---------------------------------------------------------------- numbers for people
+
+@pytest.mark.parametrize("value, text", [
+    (4284415.999999998, "4,280,000"), (146589.2, "147,000"), (13.964, "14.0"), (0.00725, "0.00725"),
+    (9.996, "10.0"), (999.6, "1,000"), (0.5, "0.500"), (-3.2119, "-3.21"), (0, "0"), (123, "123"),
+    (float("nan"), "nan"), (None, "-"),
+])
+def test_three_significant_digits(value, text):
+    assert units.sig(value) == text
+
+
+def test_one_unit_per_quantity():
+    assert units.ms(146_589_200) == "147 ms"
+    assert units.ms(7_250) == "0.00725 ms"
+    assert units.mib(3_211_776) == "3.06 MiB"
+    assert units.mib(4284415.999999998) == "4.09 MiB"
+    assert units.pct(0.7134) == "71.3%"
+    assert units.ms(None) == units.mib(None) == units.pct(None) == "-"
+
+
+def test_report_shows_metrics_in_their_unit_and_json_keeps_them_exact(tmp_path):
+    leak = str(SAMPLES / "resnet50-infer-leak")
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    assert runner.invoke(app, ["report", leak, "-o", str(md), "-a", "memory"]).exit_code == 0
+    assert runner.invoke(app, ["report", leak, "-o", str(js), "-a", "memory"]).exit_code == 0
+    finding = next(f for f in json.loads(js.read_text())["findings"] if f["code"] == "MEMORY_LEAK")
+    assert finding["metric"] == "bytes_per_step" and isinstance(finding["value"], float)
+    line = (f"- metric: bytes_per_step = {units.mib(finding['value'])} "
+            f"(threshold {units.mib(finding['threshold'])})")
+    assert line in md.read_text().splitlines()
