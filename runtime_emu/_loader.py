@@ -25,7 +25,8 @@ _PACKAGE = __name__.rpartition(".")[0]
 #: The modules mypyc compiles, in dependency order: the one list of them. setup.py reads it from
 #: this file's text (a literal, so the build needs no import of the package) and the tests check
 #: the build against it.
-COMPILED = ("engine", "links", "device", "host", "recorder", "runtime")
+COMPILED = ("engine", "links", "device", "host", "recorder", "rows", "dispatch", "cuts", "api_streams", "api_events",
+            "api_memory", "runtime")
 #: How much faster the compiled core runs a simulation (README, benchmarks/bench_emulator.py).
 SPEEDUP = 2.6
 #: Why the pure-Python modules run, as `choose()` decided; None while the compiled core is used.

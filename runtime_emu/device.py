@@ -159,7 +159,7 @@ class CorePool:
     """
 
     __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption", "_done_cb",
-                 "engine")
+                 "engine", "dispatcher")
 
     def __init__(self, device: "Device", kind: str, total: int) -> None:
         self.device = device
@@ -171,7 +171,9 @@ class CorePool:
         self.batch_mode = False
         self.preemption = False
         self._done_cb = self._blocks_done  # bound once: one is made per call otherwise
-        self.engine = device.rt.engine  # a direct call once compiled (a bound method is a generic one)
+        # Direct calls once compiled (through device.rt each would be an attribute chain).
+        self.engine = device.rt.engine
+        self.dispatcher = device.rt.dispatch
 
     def submit(self, task: Task) -> None:
         self.seq += 1
@@ -195,7 +197,7 @@ class CorePool:
             task.remaining = remaining
             task.cores += grant  # blocks in flight
             if task.start_ns < 0:
-                self.device.rt._task_started(task)
+                self.dispatcher.task_started(task)
             task.waves += 1
             kernel = task.kernel
             assert kernel is not None, "only kernels go to the core pools"
@@ -231,7 +233,7 @@ class CorePool:
             return
         self.free += count
         if not remaining and not task.cores:
-            self.device.rt._task_finished(task)
+            self.dispatcher.task_finished(task)
         self.dispatch()
 
 

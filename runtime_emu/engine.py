@@ -4,22 +4,19 @@ A callback due at time t is ordered by (t, seq), where `seq` counts scheduling c
 same program gives the same event order on every run. The engine does no I/O and knows
 nothing of devices: components schedule plain callbacks on it.
 
-Two heaps give that one order. Compiled, `Engine` sifts its own heap of `_Pending` objects:
-their fields are native ints, so a comparison is a machine instruction, where heapq compares
+`Engine` sifts its own heap of `_Pending` objects rather than using heapq: compiled, their
+fields are native ints, so a comparison is a machine instruction, where heapq compares
 (t, seq, fn, arg) tuples through the generic rich comparison, element by element (the heap
-was a fifth of the emulator's time). Interpreted, that Python sift loop would be the slow
-part, so `new_engine()` gives the interpreted modules `_TupleHeapEngine`, which keeps heapq.
+was a fifth of the emulator's time). The compiled core is the one that has to be fast; the
+pure-Python fallback runs the same loop, slower.
 """
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
 from typing import Any, Callable, Final
 
 #: Callbacks between two calls of Engine.pulse while a host thread waits (see run_while).
 PULSE_EVENTS: Final = 256
-#: Whether this module runs compiled (mypyc names the extension module's file).
-COMPILED: Final = not __file__.endswith((".py", ".pyc"))
 
 
 class _Pending:
@@ -145,72 +142,3 @@ class Engine:
 
     def __len__(self) -> int:
         return len(self._heap)
-
-
-class _TupleHeapEngine(Engine):
-    """The engine of the interpreted modules: the same (t, seq) order, kept by heapq's C sift
-    over (t, seq, fn, arg) tuples."""
-
-    __slots__ = ("_tuples",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._tuples: list[tuple[int, int, Callable[[Any], None], Any]] = []
-
-    def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
-        if t_ns < self.now:
-            t_ns = self.now
-        seq = self._seq = self._seq + 1
-        heappush(self._tuples, (t_ns, seq, fn, arg))
-
-    def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
-        seq = self._seq = self._seq + 1
-        heappush(self._tuples, (self.now + dt_ns, seq, fn, arg))
-
-    def next_time(self) -> int | None:
-        return self._tuples[0][0] if self._tuples else None
-
-    def step(self) -> None:
-        t, _seq, fn, arg = heappop(self._tuples)
-        self.now = t
-        fn(arg)
-
-    def run_until(self, t_ns: int) -> None:
-        heap = self._tuples
-        while heap and heap[0][0] <= t_ns:
-            t, _seq, fn, arg = heappop(heap)
-            self.now = t
-            fn(arg)
-        if t_ns > self.now:
-            self.now = t_ns
-
-    def run_while(self, pending: Callable[[], bool]) -> bool:
-        heap = self._tuples
-        count = 0
-        while pending():
-            if not heap:
-                return False
-            t, _seq, fn, arg = heappop(heap)
-            self.now = t
-            fn(arg)
-            count += 1
-            if count == PULSE_EVENTS:
-                count = 0
-                if self.pulse is not None:
-                    self.pulse()
-        return True
-
-    def run(self) -> None:
-        heap = self._tuples
-        while heap:
-            t, _seq, fn, arg = heappop(heap)
-            self.now = t
-            fn(arg)
-
-    def __len__(self) -> int:
-        return len(self._tuples)
-
-
-def new_engine() -> Engine:
-    """The faster engine for how this module runs (both run callbacks in the same order)."""
-    return Engine() if COMPILED else _TupleHeapEngine()

@@ -76,7 +76,7 @@ class Topology:
 
     def _link(self, name: str, gbps: float, latency_ns: int, rt: "Runtime") -> Link:
         link = Link(name, self.overrides.get(name, gbps), latency_ns)
-        link.on_rate = rt._link_rate
+        link.on_rate = rt.rows.link_rate
         return link
 
     def path(self, src: int, dst: int) -> tuple[Link, ...]:

@@ -86,7 +86,7 @@ def get_root_info() -> RootInfo:
     t0 = th.clock
     st.next_root += 1
     th.clock += rt.api_overhead_ns
-    rt._api(th, "HcclGetRootInfo", t0)
+    rt.rows.api(th, "HcclGetRootInfo", t0)
     return RootInfo(("root", st.next_root), st)
 
 
@@ -149,7 +149,7 @@ def _join(rt, th, st: C.HcclState, key: Any, n_ranks: int, rank: int, t0: int, a
     waited = max(th.clock, rv.join_ns) - arrived
     th.clock = max(th.clock, rv.join_ns) + C.COMM_INIT_NS
     st.inits.append((th.rank, t0, th.clock, rv.group.id))
-    rt._api(th, api, t0, "sync", blocked="waiting for the other ranks", blocked_ns=waited)
+    rt.rows.api(th, api, t0, "sync", blocked="waiting for the other ranks", blocked_ns=waited)
     return C.Comm(rv.group, rank, th.rank)
 
 
@@ -280,11 +280,11 @@ def _collective(api: str, op: str, comm: C.Comm, stream: Any, desc: tuple, task_
         comm.next_seq += 1
     else:
         comm.p2p_seq[pair] = key[-1] + 1
-    task = rt._new_task(COLLECTIVE, name or f"hcom_{op}", stream, t0)
+    task = rt.dispatch.new_task(COLLECTIVE, name or f"hcom_{op}", stream, t0)
     task.bytes = task_bytes
     task.on_start = coll.arrive
     task.extra = coll
-    rt._launch(th, task, api, t0)
+    rt.dispatch.launch(th, task, api, t0)
     return task.corr
 
 

@@ -25,6 +25,7 @@ from runtime_emu.hccl import algorithms as A
 
 if TYPE_CHECKING:
     from runtime_emu.device import Task
+    from runtime_emu.rows import Rows
     from runtime_emu.runtime import Runtime
 
 MiB = 1 << 20
@@ -175,12 +176,12 @@ class Collective:
         self.end_ns = rt.engine.now
         self.group.pending.pop(self.key, None)
         for m in range(len(self.members)):
-            rt._task_finished(self.tasks[m])
+            rt.dispatch.task_finished(self.tasks[m])
 
     # ------------------------------------------------------------------ recording
-    def record(self, rt: "Runtime", task: "Task", end_ns: int) -> None:
+    def record(self, rows: "Rows", task: "Task", end_ns: int) -> None:
         """Rows for one member: Notify_Wait (arrival -> last arrival, when > 0), then the transfer."""
-        if not rt.sw.hccl:
+        if not rows.sw.hccl:
             return
         stream = task.stream
         dev = stream.device
@@ -190,12 +191,12 @@ class Collective:
         if self.start_ns > arrive:
             args = json.dumps({"Task Type": "Notify_Wait", "Stream Id": stream.id, "Task Id": task.corr,
                                "Device Id": dev.id})
-            rt.recorder.rows.append((dev.rank, "X", "Notify_Wait", "hccl", arrive, self.start_ns - arrive, *common,
+            rows.recorder.rows.append((dev.rank, "X", "Notify_Wait", "hccl", arrive, self.start_ns - arrive, *common,
                                      args, None, "wait", dev.id, stream.id, task.corr, None, None, None, task.step))
         args = json.dumps({"Task Type": "HCCL", "Stream Id": stream.id, "Task Id": task.corr, "Device Id": dev.id,
                            "size(Byte)": task.bytes, "algorithm": self.algorithm, "comm": self.group.id,
                            "seq": self.seq_label, "ranks": len(self.members), "pieces": len(self.pieces)})
-        rt.recorder.rows.append((dev.rank, "X", task.name, "hccl", self.start_ns, end_ns - self.start_ns, *common,
+        rows.recorder.rows.append((dev.rank, "X", task.name, "hccl", self.start_ns, end_ns - self.start_ns, *common,
                                  args, None, "collective", dev.id, stream.id, task.corr, task.bytes, None, None,
                                  task.step))
 

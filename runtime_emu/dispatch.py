@@ -1,0 +1,191 @@
+"""Stream and task dispatch: from a host launch to a finished device task.
+
+A launch takes queue space on its stream (blocking the host thread while the queue is full),
+costs the launch overhead, and reaches the device a dispatch latency later. A stream runs its
+head task once the task has arrived and the task before it has finished: a kernel goes to its
+core pool, a copy or memset to the links, an event record releases the waits that captured
+it, a wait completes at once or when its record executes, a collective joins its peers. Every
+task remembers why it started when it did (the ground truth), and each one that finishes is
+handed to the row encoder and, when the trace streams out, to the cut policy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runtime_emu import errors as E
+from runtime_emu.device import COLLECTIVE, KERNEL, MEMCPY, MEMSET, RECORD, WAIT, Stream, Task
+from runtime_emu.engine import Engine
+from runtime_emu.errors import AclError
+from runtime_emu.ground_truth import GroundTruth
+from runtime_emu.host import Coordinator, HostThread
+from runtime_emu.links import Network
+from runtime_emu.recorder import Recorder
+from runtime_emu.rows import Rows
+
+if TYPE_CHECKING:
+    from runtime_emu.cuts import CutPolicy
+
+
+class Dispatch:
+    """The device side of one emulated job: stream queues, task start and finish."""
+
+    def __init__(self, engine: Engine, net: Network, coord: Coordinator, rows: Rows, truth: GroundTruth,
+                 launch_overhead_ns: int, dispatch_latency_ns: int) -> None:
+        self.engine = engine
+        self.net = net
+        self.coord = coord
+        self.rows = rows
+        self.recorder: Recorder = rows.recorder
+        #: Flat ground truth of finished tasks and the host blocks (GroundTruth's lists).
+        self.truth: list[Any] = truth.tasks
+        self.host_blocks: list[tuple] = truth.host_blocks
+        # The launch path's two overheads as plain ints (a Preset's fields are generic lookups
+        # from compiled code; the preset is frozen, so these never go stale).
+        self.launch_overhead_ns = launch_overhead_ns
+        self.dispatch_latency_ns = dispatch_latency_ns
+        #: Set by the runtime when the trace streams out: cuts the recorder as tasks finish.
+        self.cuts: CutPolicy | None = None
+        self.corr = 0  # correlation id of the latest task
+
+    # ---------------------------------------------------------------- host side
+    def new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
+        self.corr += 1
+        return Task(kind, name, stream, self.corr, t0)
+
+    def launch(self, th: HostThread, task: Task, api: str, t0: int, kind: str = "launch", blocks: int | None = None,
+               record_api: bool = True, src: int | None = None, dst: int | None = None) -> None:
+        """Common path of every task-creating call: queue space, overhead, flow, arrival.
+        The API slice covers a wait for queue space, with "queue full" as the reason; a call
+        that goes on holding its thread after the launch (a blocking copy) passes
+        `record_api=False` and records the slice itself when it returns."""
+        stream = task.stream
+        if stream.pending >= stream.capacity:
+            blocked_from = th.clock
+            self.coord.block(th, lambda: stream.pending < stream.capacity,
+                             f"queue of stream {stream.id} is full and nothing retires")
+            task.queue_blocked_ns = th.clock - blocked_from
+            self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
+        clock = th.clock = th.clock + self.launch_overhead_ns
+        task.launch_ns = t0
+        task.step = th.step
+        pending = stream.pending = stream.pending + 1
+        self.rows.launched(th, task, api, t0, kind, blocks, record_api, src, dst, pending)
+        arrive = clock + self.dispatch_latency_ns
+        task.arrive_ns = arrive
+        # A busy stream picks the task up when it gets to it; only an idle one needs waking.
+        stream.queue.append(task)
+        if not stream.busy and len(stream.queue) == 1:
+            self.engine.at(arrive, self._wake, stream)
+
+    # ---------------------------------------------------------------- device side
+    def _wake(self, stream: Stream) -> None:
+        self.advance(stream)
+
+    def advance(self, stream: Stream) -> None:
+        """Start the stream's head task if it can start now."""
+        if stream.busy or not stream.queue:
+            return
+        task = stream.queue[0]
+        now = self.engine.now
+        if task.arrive_ns > now:  # launched, still on its way to the device
+            self.engine.at(task.arrive_ns, self._wake, stream)
+            return
+        stream.busy = True
+        task.ready_ns = now
+        # Why the task could not start earlier: the host had not launched it yet, or the stream
+        # was still busy with what came before (a copy, an event wait, ordinary work).
+        if task.arrive_ns >= stream.last_end_ns:
+            task.cause = "launch"  # the device had nothing queued: it waited for the host
+        elif stream.last_kind == WAIT and stream.last_cause == "event":
+            task.cause, task.producer, task.record = "event", stream.last_producer, stream.last_record
+        elif stream.last_kind == MEMCPY:
+            task.cause = "copy"
+        else:
+            task.cause = "stream"
+        kind = task.kind
+        if kind == KERNEL:
+            kernel = task.kernel
+            assert kernel is not None, "a kernel task has its kernel"
+            stream.device.pools[kernel.core].submit(task)
+        elif kind == MEMCPY or kind == MEMSET:
+            self.task_started(task)
+            # A device-to-device copy reads and writes HBM: twice its size crosses the link.
+            moved = task.bytes * 2 if task.copy_kind == "D2D" else task.bytes
+            self.net.transfer(task.path, moved, self.task_finished, task)
+        elif kind == RECORD:
+            self.task_started(task)
+            ev = task.event
+            assert ev is not None, "a record task has its event"
+            seq = task.event_seq
+            ev.record_done(seq)
+            ev.done_ns = now
+            # Only the waits that captured this very record go: a wait captured the latest record
+            # issued before it, and a later record (or an earlier one) must not release it.
+            released: list[Task] = []
+            if ev.waiters:
+                kept: list[Task] = []
+                for w in ev.waiters:
+                    if w.event_seq == seq:
+                        released.append(w)
+                    else:
+                        kept.append(w)
+                ev.waiters = kept
+            producer = stream.last_kind or "none"  # what ran on the record's stream just before it
+            self.task_finished(task)
+            for w in released:
+                self._event_ready(w, producer)
+        elif kind == WAIT:
+            ev = task.event
+            assert ev is not None, "a wait task has its event"
+            self.task_started(task)
+            if ev.executed(task.event_seq):
+                task.extra = "satisfied"
+                self.task_finished(task)
+            else:
+                ev.waiters.append(task)
+        elif kind == COLLECTIVE:
+            self.task_started(task)
+            on_start = task.on_start
+            assert on_start is not None, "a collective task has its start hook"
+            on_start(task)
+        else:  # pragma: no cover - every kind is handled above
+            raise AclError(E.ACL_ERROR_RT_INTERNAL_ERROR, f"unknown task kind {kind}")
+
+    def _event_ready(self, task: Task, producer: str) -> None:
+        """The record a wait captured has executed: the wait ends now. `producer` is the kind of
+        the task that ran before that record on its stream."""
+        task.extra = "waited"
+        task.producer = producer
+        self.task_finished(task)
+
+    def task_started(self, task: Task) -> None:
+        now = self.engine.now
+        task.start_ns = now
+        if now > task.ready_ns:
+            task.cause = "cores"
+        self.rows.task_started(task, now)
+
+    def task_finished(self, task: Task) -> None:
+        now = self.engine.now
+        task.end_ns = now
+        stream = task.stream
+        stream.queue.popleft()
+        stream.busy = False
+        stream.pending -= 1
+        stream.last_end_ns = now
+        stream.last_kind = task.kind
+        waited = task.kind == WAIT and task.extra == "waited"
+        stream.last_cause = "event" if waited else task.cause
+        stream.last_producer = task.producer
+        record = task.record
+        stream.last_record = record
+        dev = stream.device
+        self.truth.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
+                           task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
+                           task.queue_blocked_ns, record or None))
+        self.rows.task_finished(task, now, stream.pending)
+        self.advance(stream)
+        cuts = self.cuts
+        if cuts is not None and cuts.due():
+            cuts.cut()
