@@ -225,7 +225,7 @@ def _print_runs(output: Path) -> None:
     from rich.table import Table
 
     from msprof_py import prof_dir
-    from msprof_py.summary import format_bytes, format_ns
+    from msprof_py.summary import format_bytes
 
     rows = prof_dir.query(output)
     t = Table(title=f"profiled runs in {output}")
@@ -233,7 +233,7 @@ def _print_runs(output: Path) -> None:
         t.add_column(col, justify="left" if col in ("job", "status") else "right", no_wrap=col == "job")
     for r in rows:
         t.add_row(r["job"], r["status"], *("-" if r[k] is None else str(r[k]) for k in ("devices", "ranks", "steps")),
-                  "-" if r["duration_ms"] is None else format_ns(round(r["duration_ms"] * 1e6)),
+                  "-" if r["duration_ms"] is None else f"{r['duration_ms']:.3f} ms",
                   format_bytes(r["size_bytes"]))
     _show(t)
     if not rows:
