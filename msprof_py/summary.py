@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Group, RenderableType
@@ -115,14 +116,25 @@ def _distinct_ints(col: pa.ChunkedArray) -> tuple[int, ...]:
     return tuple(sorted(values))
 
 
+# Grouping is done with numpy below, not Table.group_by: that loads Arrow's query engine
+# (acero, datasets, substrait), a start-up cost `info` pays for nothing else.
+
+def _ints(col: pa.ChunkedArray) -> np.ndarray:
+    return pc.fill_null(col, 0).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def _streams(device_rows: pa.Table) -> tuple[StreamSet, ...]:
     rows = device_rows.filter(pc.is_valid(device_rows.column("stream")))
     if rows.num_rows == 0:
         return ()
-    grouped = rows.group_by(["rank", "device"]).aggregate([("stream", "distinct")]).to_pylist()
-    out = [StreamSet(g["rank"], g["device"], tuple(sorted(g["stream_distinct"]))) for g in grouped]
-    # None sorts last: a device-kind row without a device is the odd one out.
-    return tuple(sorted(out, key=lambda s: (s.rank, s.device is None, s.device or 0)))
+    no_device = rows.column("device").is_null().combine_chunks().to_numpy(zero_copy_only=False)
+    keys = np.stack([_ints(rows.column("rank")), no_device.astype(np.int64), _ints(rows.column("device")),
+                     _ints(rows.column("stream"))], axis=1)
+    by_place: dict[tuple[int, int | None], list[int]] = {}
+    # np.unique sorts by rank, then devices before no device, then device, then stream.
+    for rank, none, device, stream in np.unique(keys, axis=0).tolist():
+        by_place.setdefault((rank, None if none else device), []).append(stream)
+    return tuple(StreamSet(rank, device, tuple(streams)) for (rank, device), streams in by_place.items())
 
 
 def _kind_counts(kind: pa.ChunkedArray) -> dict[str, int]:
@@ -139,14 +151,15 @@ def _top_names(table: pa.Table, kind: pa.ChunkedArray, kinds: tuple[str, ...], t
     rows = table.filter(mask)
     if rows.num_rows == 0 or top <= 0:
         return ()
-    names = pc.fill_null(rows.column("name").cast(pa.string()), UNNAMED)
-    slim = pa.table({"name": names, "dur": pc.fill_null(rows.column("dur"), 0)})
-    grouped = slim.group_by("name").aggregate([("dur", "sum"), ("dur", "count")])
-    ranked = grouped.sort_by([("dur_sum", "descending"), ("name", "ascending")]).slice(0, top)
-    return tuple(
-        NameTime(g["name"], g["dur_count"], g["dur_sum"], g["dur_sum"] / span_ns if span_ns else 0.0)
-        for g in ranked.to_pylist()
-    )
+    names = pc.dictionary_encode(pc.fill_null(rows.column("name").cast(pa.string()), UNNAMED)).combine_chunks()
+    index = names.indices.to_numpy(zero_copy_only=False).astype(np.intp)
+    counts = np.bincount(index, minlength=len(names.dictionary))
+    totals = np.zeros(len(names.dictionary), dtype=np.int64)
+    np.add.at(totals, index, _ints(rows.column("dur")))  # exact integer sums
+    ranked = sorted(zip(totals.tolist(), names.dictionary.to_pylist(), counts.tolist()),
+                    key=lambda t: (-t[0], t[1]))[:top]
+    return tuple(NameTime(name, count, total, total / span_ns if span_ns else 0.0)
+                 for total, name, count in ranked)
 
 
 # ---------------------------------------------------------------- rendering
