@@ -26,7 +26,8 @@ from msprof_py.trace.fields import (
     extras,
     flow_ids,
     ids_to_int,
-    raw_texts,
+    is_object_or_null,
+    object_texts,
     shown,
     times_ns,
     us_to_ns,
@@ -37,7 +38,7 @@ from msprof_py.trace.raw import RawEvents
 _COLUMN_KEYS = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")
 #: Keys seen in most real traces, declared up front; others are added on first sight (a re-parse).
 _COMMON_EXTRA = ("bp", "s")
-_UNKNOWN_FIELD = re.compile(r"unknown field `(.+?)`")
+_UNKNOWN_FIELD = re.compile(r"unknown field `(.*)` - at `", re.S)
 _PATH_INDEX = re.compile(r"\$(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?")
 
 
@@ -54,8 +55,11 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
     for key in ("ts", "dur", "id"):
         fields.append((key, Any, None))
     raw = msgspec.Raw | msgspec.UnsetType
-    for key in ("args", *extra_keys):
-        fields.append((key, raw, msgspec.UNSET))
+    fields.append(("args", raw, msgspec.UNSET))
+    # Other keys may be any JSON string ("Trace name", "", "\u00e9"): each gets an attribute
+    # name of its own, x0, x1, ..., decoded from the key as it is spelled.
+    for i, key in enumerate(extra_keys):
+        fields.append((f"x{i}", raw, msgspec.field(default=msgspec.UNSET, name=key)))
     return msgspec.defstruct("ChromeEvent", fields, forbid_unknown_fields=True, gc=False)
 
 
@@ -97,6 +101,16 @@ def decode(data: bytes | bytearray, *, where: str, lenient: bool = False, extras
     `extras=False` leaves the `extra` column null (an import for analysis only: no analyzer
     reads it, and collecting the uncommon keys of every event is a tenth of the decode).
     """
+    try:
+        return _decode(data, where=where, lenient=lenient, extras=extras)
+    except RecursionError:
+        # msgspec recurses once per nesting level, Raw values too: a hostile [[[[...]]]] would
+        # otherwise escape as a RecursionError.
+        raise TraceFormatError(f"{where}: invalid JSON: values nested too deeply",
+                               hint="no trace nests lists or objects hundreds of levels deep") from None
+
+
+def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool) -> RawEvents:
     if data[:3] == _BOM:
         return _without_bom(data, where=where, lenient=lenient, extras=extras)
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
@@ -172,10 +186,10 @@ def _without_bom(data: bytes | bytearray, **kw: Any) -> RawEvents:
     back afterwards: no copy of a large trace; other buffers are sliced.
     """
     if not isinstance(data, bytearray):
-        return decode(bytes(data[3:]), **kw)
+        return _decode(bytes(data[3:]), **kw)
     data[:3] = b"   "
     try:
-        return decode(data, **kw)
+        return _decode(data, **kw)
     finally:
         data[:3] = _BOM
 
@@ -256,18 +270,29 @@ def _decode_events(data: Any, where: str, lenient: bool,
             return decoder.decode(data), 0, extra
         except msgspec.ValidationError as exc:
             m = _UNKNOWN_FIELD.search(str(exc))
-            if m:
-                extra = (*extra, m.group(1))
+            key = m.group(1) if m else None
+            if key is not None and _nameable(key) and key not in extra and key not in _COLUMN_KEYS:
+                extra = (*extra, key)
                 continue
             if lenient:
                 events, skipped = _decode_leniently(data, struct, where)
                 return events, skipped, extra
+            if key is not None:
+                at = _PATH_INDEX.search(str(exc))
+                raise TraceFormatError(f"{where}: event {at.group(1) if at else '?'}: key {shown(key)} holds a "
+                                       "backslash, quote or control character, which event keys cannot have here",
+                                       hint="--lenient skips such events") from None
             raise _validation_error(where, exc) from None
         except msgspec.DecodeError as exc:
             if "Expected `array`" in str(exc):
                 raise TraceFormatError(f"{where}: not a trace: 'traceEvents' is not an array") from None
             raise _json_error(where, bytes(data), exc) from None
     raise TraceFormatError(f"{where}: events carry too many distinct keys (over 256)")
+
+
+def _nameable(key: str) -> bool:
+    """Whether msgspec can decode a field spelled `key` (no backslash, quote or control character)."""
+    return not any(c in '\\"' or c < " " for c in key)
 
 
 def _decode_leniently(data: bytes, struct: type, where: str) -> tuple[list[Any], int]:
@@ -339,7 +364,8 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
         i = ph_list.index(None)
         raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
     struct_fields = type(events[0]).__struct_fields__ if n else ()
-    extra_keys = [f for f in struct_fields if f not in _COLUMN_KEYS]
+    encoded = type(events[0]).__struct_encode_fields__ if n else ()
+    extra_keys = [(attr, key) for attr, key in zip(struct_fields, encoded) if attr not in _COLUMN_KEYS]
     col = lambda key: list(map(attrgetter(key), events))  # noqa: E731
     pid, pid_str = ids_to_int(col("pid"), "pid", where)
     tid, tid_str = ids_to_int(col("tid"), "tid", where)
@@ -360,7 +386,7 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
         has_ts=has_ts,
         dur_ns=pa.array(dur_ns, mask=~has_dur),
         id=flow_ids(col("id"), where),
-        args=raw_texts(col("args"), "args", where),
+        args=object_texts(col("args"), "args", where),
         extra=(extras(events, extra_keys, pid_str, tid_str, where) if keep_extra
                else pa.nulls(len(events), pa.string())),
         skipped=skipped,
@@ -389,6 +415,8 @@ def _well_formed(e: Any) -> bool:
     for v in (e.pid, e.tid):
         if v.__class__ is int and not -(2**63) <= v <= INT64_MAX:
             return False
+    if not is_object_or_null(e.args):
+        return False
     if e.args is not msgspec.UNSET:
         try:
             bytes(e.args).decode("utf-8")

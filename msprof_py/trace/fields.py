@@ -156,7 +156,8 @@ def _has_x(text: pa.Array) -> bool:
 
 def kind_of(v: Any) -> str:
     if isinstance(v, bytes):
-        return {b"[": "a list", b"{": "an object", b"t": "a boolean", b"f": "a boolean"}.get(v, "a value")
+        return {b"[": "a list", b"{": "an object", b"t": "a boolean", b"f": "a boolean", b'"': "a string",
+                b"n": "null"}.get(v, "a number")
     return {list: "a list", dict: "an object", bool: "a boolean"}.get(type(v), type(v).__name__)
 
 
@@ -241,24 +242,39 @@ def as_text(values: list[Any], key: str, expected: str, where: str, *,
     return out
 
 
-def raw_texts(raws: list[Any], key: str, where: str) -> pa.Array:
+def object_texts(raws: list[Any], key: str, where: str) -> pa.Array:
+    """Raw JSON objects (an event's `args`) as strings; null where absent or JSON null.
+
+    Anything but an object is an error naming the event: every reader of `args` expects keys.
+    """
     arr, present = raw_strings(raws)
     try:
         text = arr.cast(pa.string())
     except pa.ArrowInvalid:
         i = next(i for i, r in enumerate(raws) if r is not msgspec.UNSET and bad_utf8_offset(bytes(r)) >= 0)
         raise TraceFormatError(f"{where}: event {i}: '{key}' is not valid UTF-8") from None
+    present &= ~pc.equal(text, "null").to_numpy(zero_copy_only=False)
+    not_object = present & ~pc.starts_with(text, "{").to_numpy(zero_copy_only=False)
+    if not_object.any():
+        i = int(np.flatnonzero(not_object)[0])
+        raise TraceFormatError(f"{where}: event {i}: '{key}' must be an object, got {kind_of(bytes(raws[i])[:1])}")
     return pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
 
 
-def extras(events: list[Any], keys: list[str], pid_str: dict[int, str], tid_str: dict[int, str],
+def is_object_or_null(raw: Any) -> bool:
+    """For --lenient: would object_texts accept this raw value?"""
+    return raw is msgspec.UNSET or bytes(raw)[:1] == b"{" or bytes(raw) == b"null"
+
+
+def extras(events: list[Any], keys: list[tuple[str, str]], pid_str: dict[int, str], tid_str: dict[int, str],
             where: str) -> pa.Array:
-    """The event's other top-level keys as one JSON object text (values verbatim), or null."""
+    """The event's other top-level keys (struct attribute, JSON key) as one JSON object text
+    (values verbatim), or null."""
     n = len(events)
     unset = msgspec.UNSET
     parts: list[pa.Array] = []
-    for key in keys:
-        vals = list(map(attrgetter(key), events))
+    for attr, key in keys:
+        vals = list(map(attrgetter(attr), events))
         if vals.count(unset) == len(vals):
             continue
         rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(unset)), dtype=bool, count=len(vals))).tolist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -141,21 +142,52 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
             if columns is not None:
                 _check_subset(pf.schema_arrow, None, where=str(f))  # before a read of a missing column
             t = pf.read(columns=columns)
-        except (pa.ArrowException, OSError) as exc:
+            # Offsets, dictionary indices and UTF-8 as well as the pages' checksums: a corrupt
+            # file that still decodes fails here, not later in an analyzer as an IndexError.
+            t.validate(full=True)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a mangled column name: the last
             raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
         if meta is None:
-            meta = TraceMeta.from_json(md)
+            meta = _meta_from(md, where=str(f))
         if columns is not None:
             _check_subset(pf.schema_arrow, t, where=str(f))
         tables.append(t)
     if columns is None:
         for f, t in zip(files, tables):
             validate(t, where=str(f))
+    if len(tables) > 1:
+        # Partitions written apart may differ in nullability or dictionary index width:
+        # each is brought to the schema's types first, or concatenation refuses them.
+        tables = [_conformed(t, where=str(f)) for f, t in zip(files, tables)]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if columns is None:
         table = canonical_dictionaries(table.select(list(COLUMN_NAMES)))
         table = table.replace_schema_metadata(arrow_schema(meta).metadata)
     return Trace(table=table, meta=meta)
+
+
+#: TraceMeta's fields and the JSON types each may hold (bool is no int here).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "origin_ns": (int,), "source_format": (str,), "producer": (str,), "world_size": (int, type(None)),
+    "schema_version": (int,), "source_meta": (dict,), "extra": (dict,),
+}
+
+
+def _meta_from(md: bytes, *, where: str) -> TraceMeta:
+    """The file's TraceMeta, or a TraceFormatError when its JSON is damaged or mistyped."""
+    try:
+        data = json.loads(md)
+    except ValueError:  # bad JSON or bad UTF-8
+        raise TraceFormatError(f"{where}: msprof-py metadata is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise TraceFormatError(f"{where}: msprof-py metadata is not a JSON object")
+    for key, types in _META_TYPES.items():
+        if key in data and (not isinstance(data[key], types) or isinstance(data[key], bool)):
+            raise TraceFormatError(f"{where}: msprof-py metadata: {key!r} has the wrong type "
+                                   f"({type(data[key]).__name__})")
+    if not -(2**63) <= data.get("origin_ns", 0) < 2**63:
+        raise TraceFormatError(f"{where}: msprof-py metadata: 'origin_ns' is out of range (int64 nanoseconds)")
+    return TraceMeta(**{k: data[k] for k in TraceMeta.__dataclass_fields__ if k in data})
 
 
 def _check_subset(schema: pa.Schema, table: pa.Table | None, *, where: str) -> None:
@@ -175,6 +207,16 @@ def _check_subset(schema: pa.Schema, table: pa.Table | None, *, where: str) -> N
             raise TraceFormatError(f"{where}: column {name!r} has type {col.type}, expected {typ}")
         if not nullable and col.null_count:
             raise TraceFormatError(f"{where}: column {name!r} has nulls")
+
+
+def _conformed(table: pa.Table, *, where: str) -> pa.Table:
+    """The table's schema columns (in schema order) cast to the schema's types."""
+    schema = arrow_schema()
+    fields = [schema.field(c) for c in COLUMN_NAMES if c in table.column_names]
+    try:
+        return table.select([f.name for f in fields]).cast(pa.schema(fields))
+    except pa.ArrowException as exc:
+        raise TraceFormatError(f"{where}: columns do not fit the trace schema ({_short(exc)})") from None
 
 
 def _rank_key(p: Path) -> int:
