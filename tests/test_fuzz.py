@@ -6,9 +6,12 @@ Every input must give a correct import or the project's one-line error (see fuzz
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -16,7 +19,9 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from fuzz.checks import check_cli, check_json, check_parquet, check_roundtrip
 from fuzz.json_cases import JsonCase, json_cases, json_seeds, write_case
 from fuzz.parquet_cases import ParquetCase, parquet_cases, parquet_seeds
-from msprof_py.trace import import_bytes
+from msprof_py.errors import TraceFormatError
+from msprof_py.trace import import_bytes, import_trace, read_trace, write_trace
+from msprof_py.trace.schema import META_KEY
 
 # Hypothesis caches what it learns from the source under its home directory: not in the tree.
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "msprof-py-hypothesis")
@@ -88,3 +93,141 @@ def test_cli_on_mutated_traces(seeds, tmp_path):
 
     json_run()
     parquet_run()
+
+
+# ---------------------------------------------------------------- regressions
+# Minimal reproducers of what the fuzzer found: each crashed (or was silently wrong) before.
+
+def ev(**fields) -> str:
+    base = {"ph": "X", "name": "k", "cat": "kernel", "pid": 1, "tid": 7, "ts": 10, "dur": 2}
+    base.update(fields)
+    return json.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def events(*items: str) -> bytes:
+    return ("[" + ",".join(items) + "]").encode()
+
+
+def rejected(data: bytes, *, lenient: bool = False) -> str:
+    with pytest.raises(TraceFormatError) as err:
+        import_bytes(data, lenient=lenient)
+    return err.value.one_line()
+
+
+@pytest.mark.parametrize("where", ["args", "top", "extra"])
+def test_deep_nesting_is_an_error_not_a_recursion_error(where):
+    deep = "[" * 100_000 + "]" * 100_000
+    data = {"args": '[{"ph":"X","ts":1,"args":{"a":%s}}]', "top": '{"traceEvents":[],"other":%s}',
+            "extra": '[{"ph":"X","ts":1,"zzz":%s}]'}[where] % deep
+    message = "trace: invalid JSON: values nested too deeply (no trace nests lists or objects hundreds of levels deep)"
+    assert rejected(data.encode()) == message
+    assert rejected(data.encode(), lenient=True) == message
+
+
+def test_args_that_are_not_an_object():
+    # A memcpy's args were decoded as an object for its bandwidth: a bare 0 crashed the importer.
+    data = events(ev(cat="gpu_memcpy", args=0))
+    assert rejected(data) == "trace: event 0: 'args' must be an object, got a number"
+    assert rejected(events(ev(args=[1]))) == "trace: event 0: 'args' must be an object, got a list"
+    assert rejected(events(ev(args="x"))) == "trace: event 0: 'args' must be an object, got a string"
+    trace = import_bytes(events(ev(cat="gpu_memcpy", args=0), ev()), lenient=True)
+    assert (len(trace), trace.meta.extra["skipped_events"]) == (1, 1)
+
+
+def test_null_args_are_no_args():
+    trace = import_bytes(events(ev(args=None)))
+    assert trace.table.column("args").to_pylist() == [None]
+
+
+def test_event_keys_that_are_not_identifiers_are_kept():
+    trace = import_bytes(events(ev(**{"Trace name": 1, "": [2], "\u00e9": {"a": None}})))
+    assert json.loads(trace.table.column("extra")[0].as_py()) == {"Trace name": 1, "": [2], "\u00e9": {"a": None}}
+
+
+@pytest.mark.parametrize("key", ['a"b', "a\\b", "a\nb", "\x00"])
+def test_event_keys_with_quotes_backslashes_or_control_characters(key):
+    data = events(ev(), ev(**{key: 1}))
+    message = rejected(data)
+    assert message.startswith("trace: event 1: key ") and message.endswith(
+        " holds a backslash, quote or control character, which event keys cannot have here "
+        "(--lenient skips such events)")
+    assert "\n" not in message
+    trace = import_bytes(data, lenient=True)
+    assert (len(trace), trace.meta.extra["skipped_events"]) == (1, 1)
+
+
+def test_a_pid_of_superscript_digits_is_a_name_not_a_number():
+    # "²".isdigit() is true but int("²") raises: a string pid must be ASCII digits to be a number.
+    trace = import_bytes(events(ev(pid="\u00b2"), ev(pid="12")))
+    pids = trace.table.column("pid").to_pylist()
+    assert pids[1] == 12 and pids[0] < 0  # a synthetic id, the text kept in `extra`
+    assert json.loads(trace.table.column("extra")[0].as_py()) == {"pid": "\u00b2"}
+
+
+def written(tmp_path: Path, real_traces: Path) -> tuple[pa.Table, Path]:
+    trace = import_trace(real_traces / "kineto/tiny_base.json.gz")
+    return trace.table, write_trace(trace, tmp_path / "t.parquet")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (b"{", "msprof-py metadata is not valid JSON"),
+    (b"\xff\xfe", "msprof-py metadata is not valid JSON"),
+    (b"[]", "msprof-py metadata is not a JSON object"),
+    (b'{"origin_ns": "x"}', "msprof-py metadata: 'origin_ns' has the wrong type (str)"),
+    (b'{"origin_ns": true}', "msprof-py metadata: 'origin_ns' has the wrong type (bool)"),
+    (b'{"origin_ns": 1e300}', "msprof-py metadata: 'origin_ns' has the wrong type (float)"),
+    (b'{"origin_ns": 100000000000000000000}', "msprof-py metadata: 'origin_ns' is out of range (int64 nanoseconds)"),
+    (b'{"extra": 5}', "msprof-py metadata: 'extra' has the wrong type (int)"),
+])
+def test_damaged_parquet_metadata(tmp_path, real_traces, value, message):
+    table, _ = written(tmp_path, real_traces)
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table.replace_schema_metadata({META_KEY: value}), bad)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(bad)
+    assert err.value.one_line() == f"{bad}: {message}"
+
+
+def test_a_column_name_that_is_not_utf8(tmp_path, real_traces):
+    table, _ = written(tmp_path, real_traces)
+    path = tmp_path / "names.parquet"
+    pq.write_table(table.append_column("zzqq", pa.array([0] * len(table))), path)
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"zzqq", b"\xff\xfe\xfd\xfc"))
+    with pytest.raises(TraceFormatError, match=r"names.parquet: not a readable Parquet file \("):
+        read_trace(path)
+
+
+def test_dictionary_indices_out_of_range(tmp_path, real_traces):
+    table, _ = written(tmp_path, real_traces)
+    kind = table.column("kind").combine_chunks()
+    wild = pa.DictionaryArray.from_arrays(pa.array([99] * len(table), pa.int32()), kind.dictionary, safe=False)
+    path = tmp_path / "wild.parquet"
+    # No statistics: min/max would read the values the wild indices point at (past the dictionary).
+    pq.write_table(table.set_column(table.schema.get_field_index("kind"), table.schema.field("kind"), wild), path,
+                   write_statistics=False)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path)
+    assert "Dictionary indices invalid" in err.value.one_line()
+
+
+def test_partitions_that_differ_in_nullability(tmp_path, real_traces):
+    table, _ = written(tmp_path, real_traces)
+    root = tmp_path / "job"
+    for rank, t in ((0, table), (1, table.cast(pa.schema([f.with_nullable(True) for f in table.schema],
+                                                          metadata=table.schema.metadata)))):
+        (root / f"rank={rank}").mkdir(parents=True)
+        pq.write_table(t, root / f"rank={rank}" / "part-0.parquet")
+    back = read_trace(root)
+    assert len(back) == 2 * len(table)
+    assert back.table.schema.field("ts").nullable is False
+
+
+def test_reading_some_columns_of_a_table_missing_one(tmp_path, real_traces):
+    table, _ = written(tmp_path, real_traces)
+    path = tmp_path / "no_ts.parquet"
+    pq.write_table(table.drop_columns(["ts"]), path)
+    with pytest.raises(TraceFormatError) as err:
+        read_trace(path, columns=["ts", "kind"])
+    assert err.value.one_line() == (f"{path}: missing column(s) ts (is this an msprof-py trace table? "
+                                    "import JSON traces with 'msprof-py import')")
