@@ -47,7 +47,7 @@ class _Session:
         self.agent, self.dir, self.rt = agent, directory, runtime
         self.dir.mkdir(parents=True, exist_ok=True)
         self.done = False
-        self.saved_rows: tuple = ()
+        self.saved_revision: tuple = ()  # the recorder's when the last snapshot was saved
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._flush_loop, name="msprof-py flush", daemon=True)
         self.thread.start()
@@ -68,7 +68,7 @@ class _Session:
         with self.agent.lock:
             if self.done:
                 return
-            self.save(recorded(self.rt), final=False, reason=reason)
+            self.save(self.rt.snapshot(), final=False, reason=reason)
 
     def finalize(self, trace: Any, reason: str = "finalized") -> None:
         with self.agent.lock:
@@ -81,15 +81,15 @@ class _Session:
     def _flush_loop(self) -> None:
         wait = self.agent.flush_s
         while not self.stop.wait(wait):
-            rows = _buffers_state(self.rt.recorder)
-            if rows == self.saved_rows:
+            revision = self.rt.recorder.revision()
+            if revision == self.saved_revision:
                 continue
             t0 = time.monotonic()
             try:
                 self.save_snapshot("stopped before acl.finalize(); data up to the last periodic flush")
             except Exception:  # never let profiling break the program; the next flush retries
                 continue
-            self.saved_rows = rows
+            self.saved_revision = revision
             wait = max(self.agent.flush_s, BACKOFF * (time.monotonic() - t0))
 
 
@@ -162,35 +162,6 @@ class _Agent:
         # Die of the signal, as the program would have without the profiler.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-_BUFFERS = ("tasks", "apis", "flows", "counters", "rows")
-
-
-def _buffers_state(rec: Any) -> tuple:
-    """Identity and size of the recorder's buffers: changes whenever rows are added."""
-    return tuple((id(getattr(rec, b)), len(getattr(rec, b))) for b in _BUFFERS)
-
-
-def recorded(runtime: Any) -> Any:
-    """The trace a runtime has recorded so far, built from a copy of its recorder's buffers: the
-    program keeps running (and recording) while the copy becomes a table."""
-    from msprof_py.trace.schema import TraceMeta
-    from runtime_emu.recorder import Recorder, StringCodes
-
-    rt, rec = runtime, runtime.recorder
-    # A slice copies a buffer (packed bytes or the list of full rows) in one step under the GIL,
-    # so every copied row is whole.
-    copy = Recorder(rec.switches, **{b: getattr(rec, b)[:] for b in _BUFFERS})
-    # After the buffers: every code in the copied rows exists in this later copy of strings.
-    copy.strings = StringCodes(rec.strings)
-    extra = {"seed": rt.seed, "end_ns": max([rt.engine.now] + [t.clock for t in list(rt.coord.order)]),
-             "preset": {k: getattr(rt.preset, k) for k in rt.preset.__dataclass_fields__ if k != "extra"}}
-    if rt.topology is not None:
-        extra["topology"] = rt.topology.describe()
-    meta = TraceMeta(origin_ns=0, source_format="emulator", producer="msprof-py runtime_emu",
-                     world_size=rt.world_size, extra=extra)
-    return copy.to_trace(meta)
 
 
 _agent: _Agent | None = None

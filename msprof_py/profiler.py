@@ -172,9 +172,7 @@ class profile:  # noqa: N801 - named like torch.profiler.profile, which it mirro
 
     # -------------------------------------------------------------- output
     def _write(self, failure: str | None) -> None:
-        from msprof_py.capture_agent import recorded
-
-        trace = self._final if self._final is not None else recorded(self.rt)
+        trace = self._final if self._final is not None else self.rt.snapshot()
         trace = in_windows(trace, self.windows)
         prof = prof_dir.new_prof_dir(self.output)
         prof_dir.write_status(prof, {"source": "profile", "command": "msprof_py.profile", "msprof_py": __version__,

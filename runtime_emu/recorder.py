@@ -107,9 +107,7 @@ class Recorder:
         """A buffer's rows as an (n, width) int64 array; the recorder starts a new buffer."""
         packed = getattr(self, name)
         setattr(self, name, bytearray())  # the array shares the old buffer's memory
-        if not packed:
-            return None
-        return np.frombuffer(packed, dtype=np.int64).reshape(-1, width)
+        return _array(packed, width)
 
     def take(self) -> "Chunk":
         """All rows recorded so far (the buffers are emptied)."""
@@ -145,6 +143,21 @@ class Recorder:
         full = [row for row in self.rows if row[4] < before]
         self.rows = [row for row in self.rows if row[4] >= before]
         return Chunk(full, out, list(self.strings))
+
+    def snapshot(self) -> "Chunk":
+        """A copy of every row recorded so far, the recorder left as it is. Another thread may take
+        one while the program goes on recording: each buffer is copied in one step (every copied
+        row is whole), and the strings after the buffers (every code in the copied rows is known)."""
+        tasks, apis, flows, counters = self.tasks[:], self.apis[:], self.flows[:], self.counters[:]
+        rows = self.rows[:]
+        strings = list(self.strings)
+        return Chunk(rows, {"tasks": _array(tasks, TASK_W), "apis": _array(apis, API_W), "flows": _array(flows, FLOW_W),
+                            "counters": _array(counters, COUNTER_W)}, strings)
+
+    def revision(self) -> tuple[int, ...]:
+        """Changes whenever rows are recorded or taken out: two equal revisions, equal snapshots."""
+        return (id(self.tasks), len(self.tasks), id(self.apis), len(self.apis), id(self.flows), len(self.flows),
+                id(self.counters), len(self.counters), id(self.rows), len(self.rows))
 
     def code(self, text: str) -> int:
         """A small integer standing for `text` in the numeric buffers (`strings[text]` is the same)."""
@@ -205,6 +218,13 @@ class Chunk:
         if canonical:
             table = canonical_dictionaries(table)
         return Trace(table=table, meta=meta)
+
+
+def _array(packed: bytearray, width: int) -> np.ndarray | None:
+    """Packed rows as an (n, width) int64 array sharing their memory; None for no rows."""
+    if not packed:
+        return None
+    return np.frombuffer(packed, dtype=np.int64).reshape(-1, width)
 
 
 def _meta(rank: int, pid: int, tid: int, name: str, args: str) -> tuple:

@@ -23,7 +23,7 @@ from typing import Any, Final, Iterator
 
 import greenlet
 
-from msprof_py.trace.schema import TraceMeta
+from msprof_py.trace.schema import Trace, TraceMeta
 from runtime_emu import api_events, api_memory, api_streams
 from runtime_emu import errors as E
 from runtime_emu.api_memory import HostMemory
@@ -353,6 +353,11 @@ class Runtime:
             return EmuResult(rebuilt, self.ground_truth, trace_path=stream.path, stream_fallback=stream.fallback)
         trace = self.recorder.to_trace(meta)
         return EmuResult(trace=trace, ground_truth=self.ground_truth)  # made when first asked for
+
+    def snapshot(self) -> Trace:
+        """The trace recorded so far, while the program goes on (a profiler's periodic flush, a
+        program stopped early): built from a copy of the recording, so another thread may ask."""
+        return self.recorder.snapshot().to_trace(self.trace_meta())
 
     def trace_meta(self) -> TraceMeta:
         """The trace's file metadata as of now: seed, preset, topology and the job's end so far."""

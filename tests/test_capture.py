@@ -474,7 +474,6 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, app_py: Path, mon
 
 
 def test_a_snapshot_between_calls_is_the_final_trace() -> None:
-    from msprof_py.capture_agent import recorded
     from runtime_emu import Kernel, Runtime
 
     rt = Runtime(seed=0)
@@ -483,7 +482,7 @@ def test_a_snapshot_between_calls_is_the_final_trace() -> None:
     for _ in range(3):
         rt.launch_kernel(Kernel("MatMul", block_ns=10_000), 20, s)
         rt.synchronize_stream(s)
-    snap = recorded(rt)
+    snap = rt.snapshot()
     final = rt.finish().trace
     assert rows(snap.table.to_pandas()).equals(rows(final.table.to_pandas()))
     assert (snap.table.to_pandas()["kind"] == "kernel").sum() == 3
