@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -76,15 +75,30 @@ class Summary:
 
 def summarize(trace: Trace, top: int = 10) -> Summary:
     """Summarize a trace; `top` limits each of the two top-name lists."""
-    # Filters below copy every column they keep: the verbatim args would dominate the cost.
-    table = trace.table.select(list(SUMMARY_COLUMNS))
-    kind = table.column("kind").cast(pa.string())
+    table = trace.table
+    kind, kind_names = _codes(table.column("kind"))
+    kind_code = {name: i for i, name in enumerate(kind_names)}
+
+    def of_kinds(kinds: tuple[str, ...]) -> np.ndarray:
+        return np.isin(kind, [kind_code[k] for k in kinds if k in kind_code])
+
+    ts, dur = _ints(table.column("ts")), _ints(table.column("dur"))
     # Metadata rows (process names, sort indices) carry no time of their own; Kineto stamps
     # them with arbitrary ts, which would stretch the span.
-    timed = table.filter(pc.not_equal(kind, "meta"))
-    start_ns, end_ns = _extent_ns(timed)
+    timed = ~of_kinds(("meta",))
+    start_ns, end_ns = (int(ts[timed].min()), int((ts + dur)[timed].max())) if timed.any() else (0, 0)
     span_ns = end_ns - start_ns
-    device_rows = table.filter(pc.is_in(kind, value_set=pa.array(DEVICE_KINDS)))
+    rank = _ints(table.column("rank"))
+    device, has_device = _ints(table.column("device")), _valid(table.column("device"))
+    stream, has_stream = _ints(table.column("stream")), _valid(table.column("stream"))
+    names, name_list = _codes(table.column("name"))
+    ph, ph_names = _codes(table.column("ph"))
+    complete = ph == (ph_names.index("X") if "X" in ph_names else -2)
+
+    def top_names(kinds: tuple[str, ...]) -> tuple[NameTime, ...]:
+        return _top_names(names, name_list, dur, of_kinds(kinds) & complete, top, span_ns)
+
+    on_device = of_kinds(DEVICE_KINDS) & has_stream
     return Summary(
         source_format=trace.meta.source_format,
         events=table.num_rows,
@@ -93,73 +107,91 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
         span_ns=span_ns,
         world_size=trace.meta.world_size,
         skipped_events=int(trace.meta.extra.get("skipped_events", 0)),
-        ranks=_distinct_ints(table.column("rank")),
-        devices=_distinct_ints(table.column("device")),
-        streams=_streams(device_rows),
-        kinds=_kind_counts(kind),
-        top_device=_top_names(table, kind, DEVICE_KINDS, top, span_ns),
-        top_host=_top_names(table, kind, HOST_API_KINDS, top, span_ns),
+        ranks=tuple(np.unique(rank).tolist()),
+        devices=tuple(np.unique(device[has_device]).tolist()),
+        streams=_streams(rank[on_device], device[on_device], has_device[on_device], stream[on_device]),
+        kinds=_kind_counts(kind, kind_names),
+        top_device=top_names(DEVICE_KINDS),
+        top_host=top_names(HOST_API_KINDS),
     )
 
 
-def _extent_ns(table: pa.Table) -> tuple[int, int]:
-    """First start and last end (ts + dur, dur 0 when absent) of the rows."""
-    if table.num_rows == 0:
-        return 0, 0
-    ts = table.column("ts")
-    end = pc.add(ts, pc.fill_null(table.column("dur"), 0))
-    return int(pc.min(ts).as_py()), int(pc.max(end).as_py())
+# The columns become numpy arrays read straight from their Arrow buffers. pyarrow's to_numpy,
+# and any Arrow scalar or array made from a Python value (a compute call with a literal), import
+# pandas when it is installed: most of `info`'s start-up, for nothing `info` needs. Grouping is
+# numpy's too: Table.group_by loads Arrow's query engine (acero, datasets, substrait).
+
+def _valid(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Which slots of a column hold a value (not null)."""
+    if isinstance(col, pa.ChunkedArray):
+        return np.concatenate([_valid(c) for c in col.chunks]) if col.num_chunks else np.zeros(0, bool)
+    bitmap = col.buffers()[0]
+    if bitmap is None or col.null_count == 0:
+        return np.ones(len(col), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[col.offset: col.offset + len(col)].astype(bool)
 
 
-def _distinct_ints(col: pa.ChunkedArray) -> tuple[int, ...]:
-    values = pc.unique(col.drop_null()).to_pylist()
-    return tuple(sorted(values))
+def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column as int64, 0 where null."""
+    if isinstance(col, pa.ChunkedArray):
+        return np.concatenate([_ints(c) for c in col.chunks]) if col.num_chunks else np.zeros(0, np.int64)
+    typ = col.type
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(typ) else 'u'}{typ.bit_width // 8}")
+    values = np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
+    values = values.astype(np.int64)
+    return np.where(_valid(col), values, 0) if col.null_count else values
 
 
-# Grouping is done with numpy below, not Table.group_by: that loads Arrow's query engine
-# (acero, datasets, substrait), a start-up cost `info` pays for nothing else.
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """A dictionary column as codes into one list of its values (chunks may each have their own
+    dictionary); -1 where null."""
+    values: dict = {}
+    parts = []
+    for chunk in col.chunks:
+        remap = np.array([values.setdefault(v, len(values)) for v in chunk.dictionary.to_pylist()] + [-1],
+                         dtype=np.int64)
+        local = np.where(_valid(chunk.indices), _ints(chunk.indices), -1)
+        parts.append(remap[local])  # -1 picks the trailing -1: null stays null
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), list(values)
 
-def _ints(col: pa.ChunkedArray) -> np.ndarray:
-    return pc.fill_null(col, 0).combine_chunks().to_numpy(zero_copy_only=False).astype(np.int64)
 
-
-def _streams(device_rows: pa.Table) -> tuple[StreamSet, ...]:
-    rows = device_rows.filter(pc.is_valid(device_rows.column("stream")))
-    if rows.num_rows == 0:
-        return ()
-    no_device = rows.column("device").is_null().combine_chunks().to_numpy(zero_copy_only=False)
-    keys = np.stack([_ints(rows.column("rank")), no_device.astype(np.int64), _ints(rows.column("device")),
-                     _ints(rows.column("stream"))], axis=1)
+def _streams(rank: np.ndarray, device: np.ndarray, has_device: np.ndarray, stream: np.ndarray) -> tuple[StreamSet, ...]:
+    keys = np.stack([rank, (~has_device).astype(np.int64), device, stream], axis=1)
     by_place: dict[tuple[int, int | None], list[int]] = {}
-    # np.unique sorts by rank, then devices before no device, then device, then stream.
-    for rank, none, device, stream in np.unique(keys, axis=0).tolist():
-        by_place.setdefault((rank, None if none else device), []).append(stream)
-    return tuple(StreamSet(rank, device, tuple(streams)) for (rank, device), streams in by_place.items())
+    # np.unique sorts by rank, then rows with a device before those without (the odd ones out),
+    # then device, then stream.
+    for r, none, d, st in np.unique(keys, axis=0).tolist():
+        by_place.setdefault((r, None if none else d), []).append(st)
+    return tuple(StreamSet(r, d, tuple(streams)) for (r, d), streams in by_place.items())
 
 
-def _kind_counts(kind: pa.ChunkedArray) -> dict[str, int]:
-    counts = {c["values"]: c["counts"] for c in pc.value_counts(kind).to_pylist()}
+def _kind_counts(kind: np.ndarray, kind_names: list) -> dict[str, int]:
+    counts = np.bincount(kind[kind >= 0], minlength=len(kind_names)).tolist()
     order = {k: i for i, k in enumerate(KINDS)}
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0])))
+    present = [(name, n) for name, n in zip(kind_names, counts) if n]
+    return dict(sorted(present, key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0])))
 
 
-def _top_names(table: pa.Table, kind: pa.ChunkedArray, kinds: tuple[str, ...], top: int,
+def _top_names(names: np.ndarray, name_list: list, dur: np.ndarray, rows: np.ndarray, top: int,
                span_ns: int) -> tuple[NameTime, ...]:
-    """Names ranked by summed dur over complete (X) events of `kinds`; ties by name."""
-    mask = pc.and_(pc.is_in(kind, value_set=pa.array(kinds)),
-                   pc.equal(table.column("ph").cast(pa.string()), "X"))
-    rows = table.filter(mask)
-    if rows.num_rows == 0 or top <= 0:
+    """Names ranked by summed dur over the `rows`; ties by name. Sums are exact integers."""
+    if not rows.any() or top <= 0:
         return ()
-    names = pc.dictionary_encode(pc.fill_null(rows.column("name").cast(pa.string()), UNNAMED)).combine_chunks()
-    index = names.indices.to_numpy(zero_copy_only=False).astype(np.intp)
-    counts = np.bincount(index, minlength=len(names.dictionary))
-    totals = np.zeros(len(names.dictionary), dtype=np.int64)
-    np.add.at(totals, index, _ints(rows.column("dur")))  # exact integer sums
-    ranked = sorted(zip(totals.tolist(), names.dictionary.to_pylist(), counts.tolist()),
-                    key=lambda t: (-t[0], t[1]))[:top]
+    codes = names[rows]
+    codes = np.where(codes < 0, len(name_list), codes)  # null names get the slot after the last
+    totals = np.zeros(len(name_list) + 1, dtype=np.int64)
+    np.add.at(totals, codes, dur[rows])
+    counts = np.bincount(codes, minlength=len(name_list) + 1)
+    merged: dict[str, list[int]] = {}  # a real "(unnamed)" and the null names are one name
+    for name, total, count in zip([*name_list, UNNAMED], totals.tolist(), counts.tolist()):
+        if count:
+            acc = merged.setdefault(name, [0, 0])
+            acc[0] += total
+            acc[1] += count
+    ranked = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]
     return tuple(NameTime(name, count, total, total / span_ns if span_ns else 0.0)
-                 for total, name, count in ranked)
+                 for name, (total, count) in ranked)
 
 
 # ---------------------------------------------------------------- rendering

@@ -242,3 +242,52 @@ def test_report_shows_metrics_in_their_unit_and_json_keeps_them_exact(tmp_path):
     line = (f"- metric: bytes_per_step = {units.mib(finding['value'])} "
             f"(threshold {units.mib(finding['threshold'])})")
     assert line in md.read_text().splitlines()
+
+
+def test_summary_reads_chunked_sliced_columns_with_nulls():
+    """summarize reads columns from their Arrow buffers: chunks with their own dictionaries,
+    slices (a non-zero offset), null dur / device / stream / name."""
+    import pyarrow as pa
+
+    from msprof_py.summary import summarize
+    from msprof_py.trace import Trace, TraceMeta
+    from msprof_py.trace.schema import arrow_schema
+
+    rows = [  # rank, ph, name, ts, dur, kind, device, stream
+        (0, "M", "process_name", 0, None, "meta", None, None),
+        (0, "X", "gemm", 100, 50, "kernel", 0, 7),
+        (0, "X", None, 120, 10, "kernel", 0, 9),
+        (1, "X", "gemm", 90, 40, "kernel", None, 3),
+        (1, "X", "cudaLaunchKernel", 95, None, "launch", None, None),
+        (1, "X", "(unnamed)", 200, 5, "kernel", 1, 3),
+        (1, "i", "gemm", 300, None, "kernel", 1, 3),
+    ]
+    schema = arrow_schema(TraceMeta())
+    base = pa.Table.from_pylist([dict(zip(("rank", "ph", "name", "ts", "dur", "kind", "device", "stream"), r))
+                                 for r in [(9, "X", "pad", 0, 1, "kernel", 0, 0)] + rows],
+                                schema=pa.schema([schema.field(c) for c in
+                                                  ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream")]))
+    sliced = base.slice(1)  # every column now starts at offset 1
+    halves = pa.concat_tables([sliced.slice(0, 3), sliced.slice(3).unify_dictionaries()])
+    full = pa.Table.from_arrays([halves.column(f.name) if f.name in halves.column_names
+                                 else pa.nulls(len(rows), f.type) for f in schema], schema=schema)
+    assert full.column("kind").num_chunks == 2 and full.column("dur").chunks[0].offset == 1
+    got = summarize(Trace(table=full, meta=TraceMeta()), top=5)
+    assert (got.start_ns, got.end_ns, got.span_ns) == (90, 300, 210)
+    assert got.ranks == (0, 1) and got.devices == (0, 1)
+    assert [(s.rank, s.device, s.streams) for s in got.streams] == [(0, 0, (7, 9)), (1, 1, (3,)), (1, None, (3,))]
+    assert got.kinds == {"kernel": 5, "launch": 1, "meta": 1}
+    assert [(n.name, n.count, n.total_ns) for n in got.top_device] == [("gemm", 2, 90), ("(unnamed)", 2, 15)]
+    assert [(n.name, n.count, n.total_ns) for n in got.top_host] == [("cudaLaunchKernel", 1, 0)]
+
+
+def test_info_on_parquet_does_not_make_pyarrow_import_pandas():
+    """pyarrow imports pandas on its first conversion of a Python value; `info` never makes one."""
+    probe = ("import sys\n"
+             f"sys.argv = ['msprof-py', 'info', {str(SAMPLES / 'bert-train-dp')!r}]\n"
+             "from msprof_py.cli import main\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas' or m == 'pyarrow.acero'))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
