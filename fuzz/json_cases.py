@@ -126,9 +126,9 @@ RAWS = tuple(Raw(b) for b in (
     b'"\\ud800"', b'"\\udc00x"', b"1.", b"01", b"-", b"1e", b'"\x01"', b"tru", b"nul", b"+1"))
 
 leaves = st.one_of(
-    st.sampled_from(INTS), st.integers(), st.sampled_from(NUMBERS),
+    st.sampled_from(STRINGS), st.sampled_from(NUMBERS), st.sampled_from(INTS), st.integers(),
     st.floats(allow_nan=False, allow_infinity=False).map(lambda f: Num(repr(f))),
-    st.sampled_from(STRINGS), st.text(max_size=12), st.sampled_from(RAWS), st.none(), st.booleans(),
+    st.text(max_size=12), st.sampled_from(RAWS), st.none(), st.booleans(),
     st.builds(Deep, st.sampled_from((10, 120, 600, 5_000)), st.booleans()),
 )
 hostile = st.recursive(
@@ -139,7 +139,7 @@ hostile = st.recursive(
 )
 
 #: Keys whose values the importers read: top-level event fields, then args the importers decode.
-EVENT_KEYS = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args", "bp", "s", "tts", "cname")
+EVENT_KEYS = ("ts", "dur", "name", "cat", "ph", "pid", "tid", "id", "args", "bp", "s", "tts", "cname")
 ARGS_KEYS = (
     "name", "labels", "sort_index", "correlation", "device", "stream", "bytes", "memory bandwidth (GB/s)",
     "External id", "Task Type", "Stream Id", "Device Id", "size(Byte)", "data size(B)", "Addr", "Bytes",
@@ -157,7 +157,9 @@ class JsonCase:
     seed: str
     steps: list[str]
     data: bytes
-    as_file: str  # "bytes" (import_bytes), "json" or "gzip" (a file for import_trace)
+    #: "bytes" (import_bytes), or a file for import_trace: "json", "gzip", "gzip-cut" (a
+    #: copy interrupted two thirds in) or "gzip-flip" (one byte of the stream inverted).
+    as_file: str
 
     def __repr__(self) -> str:  # what Hypothesis prints for a falsifying example
         head = self.data[:300]
@@ -175,9 +177,10 @@ def json_cases(draw: st.DrawFn, seeds: dict[str, bytes]) -> JsonCase:
     for _ in range(draw(st.integers(1, 3))):
         doc = draw(_structural(doc, steps))
     data = dumps(doc)
-    if draw(st.integers(0, 3)) == 0:
+    # Hypothesis leans to the first choice and to small numbers: byte damage is the last one.
+    if draw(st.integers(0, 3)) == 3:
         data = draw(_bytewise(data, steps))
-    as_file = draw(st.sampled_from(("bytes", "bytes", "json", "gzip")))
+    as_file = draw(st.sampled_from(("bytes", "bytes", "bytes", "json", "gzip", "gzip-cut", "gzip-flip")))
     return JsonCase(seed, steps, data, as_file)
 
 
@@ -195,7 +198,8 @@ def _events(doc: Any) -> list | None:
 @st.composite
 def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
     events = _events(doc)
-    op = draw(st.sampled_from(("set", "set", "set_arg", "drop", "extra", "repeat_key", "event", "top", "proc")))
+    op = draw(st.sampled_from(("set", "set", "set_arg", "drop", "extra", "repeat_key", "event", "top", "proc",
+                               "every_event")))
     if op == "top" or not events:
         if not isinstance(doc, Obj) or draw(st.booleans()):
             if draw(st.booleans()) and events is not None:  # object form <-> bare array
@@ -207,6 +211,13 @@ def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
         key, value = draw(st.sampled_from(TOP_KEYS)), draw(hostile)
         steps.append(f"top {key!r} = {_short(value)}")
         return Obj([*(kv for kv in doc if kv[0] != key), (key, value)])
+    if op == "every_event":  # one field of every event: whole columns of one odd type
+        key, value = draw(st.sampled_from(EVENT_KEYS + tuple(f"args.{k}" for k in ARGS_KEYS))), draw(hostile)
+        for j, ev in enumerate(events):
+            if isinstance(ev, Obj):
+                events[j] = _with(ev, key, value)
+        steps.append(f"every event {key!r} = {_short(value)}")
+        return doc
     i = draw(st.integers(0, len(events) - 1))
     ev = events[i]
     if op == "event" or not isinstance(ev, Obj):
@@ -224,14 +235,11 @@ def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
         return doc
     if op == "set":
         key, value = draw(st.sampled_from(EVENT_KEYS)), draw(hostile)
-        events[i] = Obj([*(kv for kv in ev if kv[0] != key), (key, value)])
+        events[i] = _with(ev, key, value)
         steps.append(f"event {i} {key!r} = {_short(value)}")
     elif op == "set_arg":
         key, value = draw(st.sampled_from(ARGS_KEYS)), draw(hostile)
-        args = next((v for k, v in ev if k == "args"), None)
-        args = Obj([*(kv for kv in args if kv[0] != key)]) if isinstance(args, Obj) else Obj()
-        args.append((key, value))
-        events[i] = Obj([*(kv for kv in ev if kv[0] != "args"), ("args", args)])
+        events[i] = _with(ev, f"args.{key}", value)
         steps.append(f"event {i} args {key!r} = {_short(value)}")
     elif op == "drop":
         key = draw(st.sampled_from([k for k, _ in ev] or ["ph"]))
@@ -255,13 +263,25 @@ def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
     return doc
 
 
+def _with(ev: Obj, key: str, value: Any) -> Obj:
+    """The event with `key` (or `args.KEY`, inside its args object) set to `value`."""
+    if key.startswith("args."):
+        key = key[5:]
+        args = next((v for k, v in ev if k == "args"), None)
+        args = Obj(kv for kv in args if kv[0] != key) if isinstance(args, Obj) else Obj()
+        args.append((key, value))
+        key, value = "args", args
+    return Obj([*(kv for kv in ev if kv[0] != key), (key, value)])
+
+
 @st.composite
 def _bytewise(draw: st.DrawFn, data: bytes, steps: list[str]) -> bytes:
-    op = draw(st.sampled_from(("truncate", "splice", "flip", "bom", "utf16")))
+    op = draw(st.sampled_from(("splice", "flip", "truncate", "bom", "utf16")))
     at = draw(st.integers(0, max(len(data) - 1, 0)))
     if op == "truncate":
-        steps.append(f"truncate at byte {at}")
-        return data[:at]
+        cut = draw(st.integers(1, max(len(data) - 1, 1)))  # an empty file is one case, not a fifth of them
+        steps.append(f"truncate at byte {cut}")
+        return data[:cut]
     if op == "splice":
         junk = draw(st.one_of(st.sampled_from(RAWS), st.binary(min_size=1, max_size=4),
                               st.sampled_from((b"}", b"]", b",", b'"', b"\\", b"\x00", b"{", b"["))))
@@ -284,13 +304,16 @@ def _short(value: Any) -> str:
 
 
 def write_case(case: JsonCase, directory: Path) -> Path:
-    """The case as a file in `directory` (gzip when the case says so; a gzip stream cut short
-    half the time, as a copy interrupted mid-file would be)."""
-    if case.as_file == "gzip":
-        path = directory / "case.json.gz"
-        packed = gzip.compress(case.data, mtime=0)
-        path.write_bytes(packed[: len(packed) * 2 // 3] if case.steps and "truncate" in case.steps[-1] else packed)
-    else:
+    """The case as a file in `directory`, gzip-compressed (and damaged) as the case says."""
+    if not case.as_file.startswith("gzip"):
         path = directory / "case.json"
         path.write_bytes(case.data)
+        return path
+    packed = bytearray(gzip.compress(case.data, mtime=0))
+    if case.as_file == "gzip-cut":
+        del packed[len(packed) * 2 // 3:]
+    elif case.as_file == "gzip-flip":
+        packed[len(packed) // 2] ^= 0xFF
+    path = directory / "case.json.gz"
+    path.write_bytes(bytes(packed))
     return path

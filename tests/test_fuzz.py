@@ -51,6 +51,7 @@ def test_json_importers_on_mutated_real_traces(seeds, tmp_path):
         outcomes.append(check_json(case.data, file=file))
 
     run()
+    assert len(outcomes) == 250
     # The mutations must not all be fatal (nor all harmless): both outcomes are exercised.
     assert outcomes.count("ok") >= 25 and outcomes.count("error") >= 25, outcomes.count("ok")
 
@@ -65,6 +66,7 @@ def test_parquet_reader_on_damaged_tables(seeds, tmp_path):
         outcomes.append(check_parquet(case.write(tmp_path / "case", tables[case.seed]), case.columns))
 
     run()
+    assert len(outcomes) == 120
     assert outcomes.count("ok") >= 10 and outcomes.count("error") >= 40, outcomes.count("ok")
 
 
