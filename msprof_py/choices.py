@@ -26,6 +26,13 @@ class ReportFormat(str, Enum):
     json = "json"
 
 
+class OnOff(str, Enum):
+    """msprof's switches (`--task-time=on`, `--export=on`)."""
+
+    on = "on"
+    off = "off"
+
+
 class FailOn(str, Enum):
     """The least severe finding that fails a CI run (`report --fail-on`)."""
 

@@ -3,14 +3,15 @@
 Every domain error (MsprofError) and I/O error (OSError) becomes one line on stderr,
 `msprof-py: error: <message>`, and exit code 2, in `_App.invoke`: the one place where errors
 turn into exit codes, so commands added later (analyze, report, diff, emulate, and the
-msprof-style top-level `--application=...` callback) get the same treatment for free.
+msprof-style top-level `--application=...` callback) get the same treatment for free. Usage
+errors (an unknown option, a value none of an option's choices) are one line with exit code 2
+too, in `_App.main`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
@@ -18,7 +19,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from msprof_py import __version__
-from msprof_py.choices import FailOn, ReportFormat, Window
+from msprof_py.choices import FailOn, OnOff, ReportFormat, Window
 from msprof_py.errors import MsprofError
 
 if TYPE_CHECKING:
@@ -102,11 +103,6 @@ app = typer.Typer(
     # click's plain help: typer's rich help costs more start-up time than all of `--help` may take
     rich_markup_mode=None,
 )
-
-
-class OnOff(str, Enum):
-    on = "on"
-    off = "off"
 
 
 def _switch(name: str, what: str) -> Any:
