@@ -233,3 +233,11 @@ def test_reading_some_columns_of_a_table_missing_one(tmp_path, real_traces):
         read_trace(path, columns=["ts", "kind"])
     assert err.value.one_line() == (f"{path}: missing column(s) ts (is this an msprof-py trace table? "
                                     "import JSON traces with 'msprof-py import')")
+
+
+@pytest.mark.parametrize("field", [b'"zz":"\xff"', b'"args":{"a":"\xc3\x28"}'])
+def test_invalid_utf8_in_a_kept_field_names_the_event_and_lenient_skips_it(field):
+    data = b'[{"ph":"X","ts":1},{"ph":"X","ts":2,' + field + b"}]"
+    assert rejected(data) in ("trace: event 1: a field is not valid UTF-8", "trace: event 1: 'args' is not valid UTF-8")
+    trace = import_bytes(data, lenient=True)
+    assert (len(trace), trace.meta.extra["skipped_events"]) == (1, 1)

@@ -417,10 +417,10 @@ def _well_formed(e: Any) -> bool:
             return False
     if not is_object_or_null(e.args):
         return False
-    if e.args is not msgspec.UNSET:
-        try:
-            bytes(e.args).decode("utf-8")
-        except UnicodeDecodeError:
+    # args and the other keys are kept as raw bytes, which msgspec does not check for UTF-8.
+    for key in type(e).__struct_fields__[_COLUMN_KEYS.index("args"):]:
+        v = getattr(e, key)
+        if v is not msgspec.UNSET and bad_utf8_offset(bytes(v)) >= 0:
             return False
     return True
 

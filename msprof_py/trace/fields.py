@@ -294,7 +294,8 @@ def extras(events: list[Any], keys: list[tuple[str, str]], pid_str: dict[int, st
     try:
         text = text.cast(pa.string())
     except pa.ArrowInvalid:
-        raise TraceFormatError(f"{where}: an event field is not valid UTF-8") from None
+        i = next(i for i, v in enumerate(text.to_pylist()) if v is not None and bad_utf8_offset(v) >= 0)
+        raise TraceFormatError(f"{where}: event {i}: a field is not valid UTF-8") from None
     return pc.if_else(anyp, text, pa.scalar(None, pa.string()))
 
 
