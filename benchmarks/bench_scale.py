@@ -14,7 +14,7 @@ What it measures, in one process:
                 mark, so it includes the two small calibration runs, which peak far lower).
 
 `--stream DIR` runs the same job writing its trace into DIR while it runs (`scenarios.run(...,
-trace_path=DIR)`, see runtime_emu.streaming): the wall time then includes the Parquet write, the
+trace_path=DIR)`, see msprof_py.trace.writer): the wall time then includes the Parquet write, the
 events are counted from the files, and the peak RSS shows what the recorder no longer holds.
 
 `--no-gc` runs the measured run with Python's cyclic garbage collector disabled (`gc.disable()`),

@@ -38,6 +38,7 @@ import pyarrow as pa
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace, export_chrome, read_trace, write_trace
 from msprof_py.trace.atomic import atomic_file, file_mode
+from msprof_py.trace.ground_truth import write_ground_truth
 from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, canonical_dictionaries
 
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([A-Z]{16})$")
@@ -292,10 +293,7 @@ def finish(prof: str | Path, trace: Trace, *, ground_truth: dict | None = None, 
     prof = Path(prof)
     write_raw(trace, prof)
     if ground_truth is not None:
-        import msgspec
-
-        with atomic_file(prof / "ground_truth.json") as tmp:
-            tmp.write_bytes(msgspec.json.encode(ground_truth))
+        write_ground_truth(ground_truth, prof)
     write_exports(prof, trace)
     update_status(prof, **status, summary=run_summary(trace), finished=now_iso())
     write_readme(prof)

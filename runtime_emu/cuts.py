@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from runtime_emu import tables  # noqa: F401 - chunks build with it: imported now, not by a writer thread mid-run
 from runtime_emu.host import DONE
 from runtime_emu.recorder import TASK_W, Chunk, Recorder
 
@@ -27,7 +28,7 @@ LATE_ROW: Final = "a row was recorded after rows later than it had been written"
 
 
 class CutPolicy:
-    """Cuts one runtime's recorder into chunks for `writer` (its `submit(chunk)`)."""
+    """Cuts one runtime's recorder into chunks for `writer` (a sink: its `submit(chunk)`)."""
 
     def __init__(self, rt: Runtime, writer: Any, cut_tasks: int = CUT_TASK_ROWS) -> None:
         self.rt = rt

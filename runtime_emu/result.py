@@ -42,15 +42,13 @@ class EmuResult:
         return self._trace
 
     def save(self, directory: str | Path) -> Path:
-        """Write `trace/` (Parquet, partitioned by rank) and `ground_truth.json` into directory."""
-        import msgspec
-
+        """Write `trace/` (Parquet, partitioned by rank) and `ground_truth.json` into directory
+        (with msprof_py.trace's writers: the emulator's core writes no files)."""
         from msprof_py.trace import write_trace
-        from msprof_py.trace.atomic import atomic_file
+        from msprof_py.trace.ground_truth import write_ground_truth
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         write_trace(self.trace, directory / "trace")
-        with atomic_file(directory / "ground_truth.json") as tmp:
-            tmp.write_bytes(msgspec.json.encode(self.ground_truth))
+        write_ground_truth(self.ground_truth, directory)
         return directory

@@ -70,9 +70,12 @@ class Runtime:
     def __init__(self, *, seed: int = 0, preset: "str | Preset" = "910B3", devices: int = 1, ranks: int = 1,
                  topology: "Topology | None" = None, switches: Switches | None = None, preemption: bool = False,
                  batch_mode: bool = False, queue_depth_counters: bool = True,
-                 trace_path: "str | Path | None" = None, trace_cut_tasks: int = CUT_TASK_ROWS) -> None:
-        """`trace_path`: write the trace to this Parquet file (one-rank jobs) or rank-partitioned
-        directory while the program runs (see runtime_emu.streaming); finish() completes it.
+                 trace_path: "str | Path | None" = None, trace_cut_tasks: int = CUT_TASK_ROWS,
+                 trace_writer: Any = None) -> None:
+        """`trace_writer`: a sink the recording streams to while the program runs (its
+        `submit(chunk)`, `pulse()`, `close(meta, rest, fallback=...)`, `abort()` and `path`, as
+        msprof_py.trace.writer.TraceWriter has); finish() closes it. `trace_path`: stream to a
+        TraceWriter of this Parquet file (one-rank jobs) or rank-partitioned directory.
         `trace_cut_tasks`: device-task rows recorded between two cuts of rows for the writer."""
         self.seed = seed
         self.rng = random.Random(seed)
@@ -111,14 +114,15 @@ class Runtime:
         #: Starts of the ProfilerStep ranges still open (their rows are recorded at the end).
         self.open_steps: list[int] = []
         self.finished = False
-        #: Streaming the trace out while running: the writer and when to hand it rows.
-        self._stream: Any = None
-        if trace_path is not None:
-            from runtime_emu.streaming import TraceStream
+        #: Streaming the trace out while running: the writer (cuts decide when to hand it rows).
+        if trace_writer is None and trace_path is not None:
+            from msprof_py.trace.writer import TraceWriter
 
-            self._stream = TraceStream(trace_path, self.world_size)
-            self.engine.pulse = self._stream.pulse
-            self.dispatch.cuts = CutPolicy(self, self._stream, trace_cut_tasks)
+            trace_writer = TraceWriter(trace_path, self.world_size)
+        self._writer: Any = trace_writer
+        if trace_writer is not None:
+            self.engine.pulse = trace_writer.pulse
+            self.dispatch.cuts = CutPolicy(self, trace_writer, trace_cut_tasks)
 
     # ================================================================ setup
     def _add_device(self, rank: int, dev_id: int, preset: Preset, preemption: bool, batch_mode: bool) -> Device:
@@ -338,19 +342,18 @@ class Runtime:
                 self.coord.block(th, lambda: all(t.state == DONE for t in others), "host threads never finish")
             self.engine.run()
         except BaseException:
-            if self._stream is not None:  # no half-written trace is left behind
-                self._stream.abort()
-                self._stream, self.dispatch.cuts = None, None
+            if self._writer is not None:  # no half-written trace is left behind
+                self._writer.abort()
+                self._writer, self.dispatch.cuts = None, None
             raise
         self.finished = True
         meta = self.trace_meta()
         cuts = self.dispatch.cuts
-        if self._stream is not None and cuts is not None:
-            stream, self._stream, self.dispatch.cuts = self._stream, None, None
+        if self._writer is not None and cuts is not None:
+            writer, self._writer, self.dispatch.cuts = self._writer, None, None
             rest = cuts.rest()
-            stream.fallback = cuts.fallback
-            rebuilt = stream.close(meta, rest)
-            return EmuResult(rebuilt, self.ground_truth, trace_path=stream.path, stream_fallback=stream.fallback)
+            rebuilt = writer.close(meta, rest, fallback=cuts.fallback)
+            return EmuResult(rebuilt, self.ground_truth, trace_path=writer.path, stream_fallback=cuts.fallback)
         trace = self.recorder.to_trace(meta)
         return EmuResult(trace=trace, ground_truth=self.ground_truth)  # made when first asked for
 

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from msprof_py.errors import MsprofError
-from msprof_py.trace import read_trace, write_trace
+from msprof_py.trace import read_trace, write_trace, writer
 from msprof_py.trace.schema import TraceMeta
-from runtime_emu import Kernel, Runtime, scenarios, streaming
+from runtime_emu import Kernel, Runtime, scenarios
 from runtime_emu.scenarios.samples import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,8 +71,47 @@ def test_one_rank_job_streams_into_one_file_in_row_groups_as_it_runs(tmp_path):
     meta = pq.ParquetFile(tmp_path / "streamed.parquet").metadata
     groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     assert sum(groups) == 90_021 and len(groups) >= 3
-    assert all(streaming.MIN_GROUP_ROWS <= g < streaming.MIN_GROUP_ROWS + 4_000 for g in groups[:-1])
+    assert all(writer.MIN_GROUP_ROWS <= g < writer.MIN_GROUP_ROWS + 4_000 for g in groups[:-1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.parquet", "streamed.parquet"]
+
+
+class _ListSink:
+    """A trace writer that only keeps what it is handed: all the runtime asks of a sink."""
+
+    path = None
+
+    def __init__(self) -> None:
+        self.log: list = []
+
+    def pulse(self) -> None:
+        pass
+
+    def submit(self, chunk) -> None:
+        self.log.append(("chunk", chunk))
+
+    def close(self, meta, rest, *, fallback=None):
+        self.log.append(("close", rest, fallback))
+
+    def abort(self) -> None:
+        self.log.append(("abort",))
+
+
+def test_the_runtime_hands_its_rows_to_the_sink_passed_in_and_writes_nothing_itself(tmp_path, monkeypatch):
+    plain = Runtime(seed=1)
+    _program(plain, 3_000)
+    expected = plain.finish().trace
+
+    monkeypatch.chdir(tmp_path)
+    sink = _ListSink()
+    rt = Runtime(seed=1, trace_writer=sink, trace_cut_tasks=200)
+    _program(rt, 3_000)
+    result = rt.finish()
+    assert [entry[0] for entry in sink.log[-1:]] == ["close"] and sink.log[-1][2] is None
+    chunks = [entry[1] for entry in sink.log]
+    assert len(chunks) > 3  # cut while the program ran
+    tables = [chunk.to_trace(expected.meta).table for chunk in chunks]
+    assert pa.concat_tables(tables).to_pydict() == expected.table.to_pydict()
+    assert result.trace_path is None and list(tmp_path.iterdir()) == []
 
 
 def test_an_empty_run_streams_a_readable_empty_trace(tmp_path):
@@ -114,10 +154,10 @@ def test_the_switch_interval_is_short_only_while_a_stream_is_open(tmp_path):
     before = sys.getswitchinterval()
     first = Runtime(trace_path=tmp_path / "a.parquet")
     second = Runtime(trace_path=tmp_path / "b.parquet")
-    assert sys.getswitchinterval() == pytest.approx(min(before, streaming.SWITCH_INTERVAL_S))
+    assert sys.getswitchinterval() == pytest.approx(min(before, writer.SWITCH_INTERVAL_S))
     _program(first, 10)
     first.finish()
-    assert sys.getswitchinterval() == pytest.approx(min(before, streaming.SWITCH_INTERVAL_S))  # b is still open
+    assert sys.getswitchinterval() == pytest.approx(min(before, writer.SWITCH_INTERVAL_S))  # b is still open
     second.finish()
     assert sys.getswitchinterval() == before
 
@@ -145,7 +185,7 @@ def test_a_host_thread_waiting_on_the_device_lets_the_writer_thread_in(tmp_path,
     from runtime_emu import engine
 
     waits: list = []
-    monkeypatch.setattr(streaming.TraceStream, "pulse", lambda self: waits.append(rt.engine.now))
+    monkeypatch.setattr(writer.TraceWriter, "pulse", lambda self: waits.append(rt.engine.now))
     rt = Runtime(seed=1, trace_path=tmp_path / "t.parquet")
     _program(rt, 3_000)  # the queues fill: launches wait, then synchronize_device waits
     rt.finish()

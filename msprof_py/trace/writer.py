@@ -1,29 +1,29 @@
-"""Writing the trace to Parquet while the emulation runs, as msprof writes its data as it goes.
+"""Writing a trace to Parquet while its producer runs, as msprof writes its data as it goes.
 
-Every so often the runtime cuts out of its recorder the rows no later row can precede: those
-with ts below a watermark, the earliest time a host call in progress, a running device task or
-an open step can still record. It queues each cut for a writer thread here, which builds and
-sorts it into a table and appends that to the Parquet output while the emulation goes on. The
-output holds the rows `write_trace(runtime.finish().trace, path)` would write, in the same
-order; the recorder holds only the rows since the last cut, and finish() is left with the
-last cut (and whatever the writer has not got to: the runtime's thread, idle by then, builds
-those cuts beside it).
+The producer (the emulated runtime) hands the writer chunks of rows no later row can precede:
+it cuts them out of its recording below a watermark (see runtime_emu.cuts). Each chunk is
+queued for a writer thread here, which builds and sorts it into a table and appends that to
+the Parquet output while the producer goes on. The output holds the rows
+`write_trace(whole_trace, path)` would write, in the same order; at the end the producer
+hands over the last chunk (and whatever the writer has not got to: the producer's thread,
+idle by then, builds those chunks beside it). A chunk is any object whose `to_trace(meta,
+canonical=False)` gives its rows as a sorted trace: this module knows nothing of who made it.
 
-The writer thread runs alongside the emulation on another core for what Arrow and Parquet do
+The writer thread runs alongside the producer on another core for what Arrow and Parquet do
 without the GIL (the table parts are one Acero projection each, the sort one take, the write
 one call). Between those calls it needs the GIL back, and CPython hands the GIL to a waiting
 thread only every `sys.getswitchinterval()` (5 ms by default), which would leave it idle most
-of the time; so while a stream is open the interval is SWITCH_INTERVAL_S, restored when the
-last open stream closes. The compiled emulator checks for a switch only when it calls
-interpreted code, which the engine does (`TraceStream.pulse`) every few hundred callbacks
-while a host thread waits on the device.
+of the time; so while a writer is open the interval is SWITCH_INTERVAL_S, restored when the
+last open writer closes. Compiled code checks for a switch only when it calls interpreted
+code, so the producer calls `TraceWriter.pulse` every so often while it waits (the emulator's
+engine does, every few hundred callbacks while a host thread waits on the device).
 
 The table is sorted by (rank, ts), so one `.parquet` file is streamed only for a one-rank job; a
 multi-rank job streams into a rank-partitioned directory, one file per rank. Should a row turn
-up after a cut with an earlier ts (a stream or thread created and named mid-run, say),
-streaming stops: at the end the rows written so far are read back and sorted with the rest,
-so the output is still complete and sorted (rows with equal ts may then come in another
-order), and `fallback` says why.
+up after a chunk with an earlier ts (a stream or thread created and named mid-run, say), the
+producer stops streaming and says why (`fallback` to `close`): the rows written so far are read
+back and sorted with the rest, so the output is still complete and sorted (rows with equal ts
+may then come in another order).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,7 +51,6 @@ from msprof_py.trace.parquet import (
     parquet_options,
 )
 from msprof_py.trace.schema import META_KEY, Trace, TraceMeta, arrow_schema
-from runtime_emu import tables  # noqa: F401 - imported here, not by the writer thread mid-run
 
 _DONE = object()
 _EMPTY = pa.table({})
@@ -76,8 +75,14 @@ def _switch_interval(change: int) -> None:
             sys.setswitchinterval(_saved_interval)
 
 
-class TraceStream:
-    """A Parquet output written by a background thread from the chunks the runtime cuts."""
+class Chunk(Protocol):
+    """Rows a producer hands the writer: they build themselves into a sorted trace."""
+
+    def to_trace(self, meta: TraceMeta, *, canonical: bool = True) -> Trace: ...
+
+
+class TraceWriter:
+    """A Parquet output written by a background thread from the chunks its producer hands it."""
 
     def __init__(self, path: str | Path, world_size: int) -> None:
         self.path = Path(path)
@@ -93,8 +98,8 @@ class TraceStream:
         self._schema = arrow_schema()  # the metadata goes into the footer at close, when it is known
         self._writers: dict[int, pq.ParquetWriter] = {}
         self._pending: dict[int, list[pa.Table]] = {}  # per rank: rows not yet in a row group
-        # (sequence number, cut to build or table to write); bounded: a slow disk holds the
-        # runtime back, not memory.
+        # (sequence number, chunk to build or table to write); bounded: a slow disk holds the
+        # producer back, not memory.
         self._jobs: queue.Queue = queue.Queue(maxsize=4)
         self._submitted = 0
         self._error: BaseException | None = None
@@ -104,28 +109,33 @@ class TraceStream:
         self._open = True
         self._thread.start()
 
-    # ---------------------------------------------------------------- runtime side
+    # ---------------------------------------------------------------- producer side
     def pulse(self) -> None:
-        """Called by the engine every few hundred callbacks while a host thread waits on the
-        device. Deliberately empty and interpreted: entering it lets CPython hand the GIL to
-        the writer thread if it asked for it. Compiled code never checks for that request, so
-        without this a long synchronize would stall the writer until it returned."""
-    def submit(self, chunk: Any) -> None:
-        """Queue a chunk of rows (a recorder Chunk) for the writer thread."""
+        """Called by the producer every so often while it waits (the emulator's engine: every few
+        hundred callbacks while a host thread waits on the device). Deliberately empty and
+        interpreted: entering it lets CPython hand the GIL to the writer thread if it asked for
+        it. Compiled code never checks for that request, so without this a long synchronize
+        would stall the writer until it returned."""
+
+    def submit(self, chunk: Chunk) -> None:
+        """Queue a chunk of rows for the writer thread."""
         if self._error is None:
             self._jobs.put((self._submitted, chunk))
             self._submitted += 1
 
-    def close(self, meta: TraceMeta, rest: Any) -> Trace | None:
-        """Write `rest` (the rows never cut), finish the files and move them into place.
+    def close(self, meta: TraceMeta, rest: Chunk, *, fallback: str | None = None) -> Trace | None:
+        """Write `rest` (the rows never handed over), finish the files and move them into place.
 
-        Returns the whole trace when it had to be rebuilt in memory (after a fallback), else None
-        (the caller reads the output back when it needs the table)."""
+        `fallback`: why the producer stopped streaming early, if it did; then `rest` is every row
+        it still holds and the whole trace is rebuilt in memory, sorted, written and returned.
+        Otherwise returns None (the caller reads the output back when it needs the table)."""
+        if fallback is not None:
+            self.fallback = fallback
         try:
             if self.fallback is None:
                 self.submit(rest)
-            # The runtime's thread is free now: it builds the cuts still queued while the writer
-            # thread builds and writes, so the tail runs on both cores.
+            # The producer's thread is free now: it builds the chunks still queued while the
+            # writer thread builds and writes, so the tail runs on both cores.
             built = []
             while True:
                 try:
@@ -154,7 +164,7 @@ class TraceStream:
             self.abort()
 
     def abort(self) -> None:
-        """Drop the partial output (an emulation that failed, or after close)."""
+        """Drop the partial output (a producer that failed, or after close)."""
         if self._open:
             self._open = False
             _switch_interval(-1)
@@ -172,8 +182,8 @@ class TraceStream:
 
     # ---------------------------------------------------------------- writer thread
     def _work(self) -> None:
-        """Build and write the cuts in order (at close the runtime's thread builds some: tables
-        may then arrive out of order)."""
+        """Build and write the chunks in order (at close the producer's thread builds some:
+        tables may then arrive out of order)."""
         ready: dict[int, Any] = {}
         next_seq = 0
         while True:
@@ -188,16 +198,16 @@ class TraceStream:
                 if table is not None and self._error is None:
                     try:
                         self._write(table)
-                    except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
+                    except BaseException as exc:  # noqa: BLE001 - re-raised in the producer's thread by close()
                         self._error = exc
 
-    def _build(self, chunk: Any) -> pa.Table | None:
-        """A cut sorted into a table (None after an error: it is skipped)."""
+    def _build(self, chunk: Chunk) -> pa.Table | None:
+        """A chunk sorted into a table (None after an error: it is skipped)."""
         if self._error is not None:
             return None
         try:
             return chunk.to_trace(TraceMeta(), canonical=False).table
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the runtime's thread by close()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the producer's thread by close()
             self._error = exc
             return None
 
@@ -212,7 +222,7 @@ class TraceStream:
                 self._append(rank, table.filter(pc.equal(ranks, rank)))
 
     def _append(self, rank: int, table: pa.Table, *, last: bool = False) -> None:
-        """Add rows to a rank's file, a row group once MIN_GROUP_ROWS are pending (a cut split
+        """Add rows to a rank's file, a row group once MIN_GROUP_ROWS are pending (a chunk split
         over many ranks would otherwise make row groups too small to compress well)."""
         pending = self._pending.setdefault(rank, [])
         if table.num_rows:
@@ -241,7 +251,7 @@ class TraceStream:
     def _files(self) -> list[Path]:
         return sorted(self._tmp.rglob("*.parquet"))
 
-    def _merge(self, meta: TraceMeta, rest: Any) -> Trace:
+    def _merge(self, meta: TraceMeta, rest: Chunk) -> Trace:
         """After a fallback: the rows written so far plus the rest, sorted as one table."""
         from msprof_py.trace.schema import build_table
 
