@@ -79,7 +79,9 @@ def check_roundtrip(trace: Trace, directory: Path) -> None:
     out = directory / "roundtrip.parquet"
     outcome(lambda: write_trace(trace, out), str(out))
     back = outcome(lambda: read_trace(out), str(out))
-    if not isinstance(back, Trace) or not back.table.equals(trace.table):
+    if not isinstance(back, Trace):
+        raise FuzzFailure(f"the Parquet written from an imported trace does not read back: {back.one_line()}")
+    if not back.table.equals(trace.table):
         raise FuzzFailure("Parquet round trip of an imported trace changed it")
     out.unlink()
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from msprof_py.trace import import_bytes, to_chrome_bytes
+
 
 class Num(str):
     """A JSON number written as exactly this text."""
@@ -104,6 +106,8 @@ def json_seeds(real_traces: Path) -> dict[str, bytes]:
             out[name] = dumps(Obj((k, cut if k == "traceEvents" else v) for k, v in doc))
         else:
             out[name] = dumps(cut)
+    # msprof-py's own export: typed columns and metadata ride in a top-level block.
+    out["msprof-py-export"] = to_chrome_bytes(import_bytes(out["kineto-tiny"], where="kineto-tiny"))
     return out
 
 
@@ -199,7 +203,7 @@ def _events(doc: Any) -> list | None:
 def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
     events = _events(doc)
     op = draw(st.sampled_from(("set", "set", "set_arg", "drop", "extra", "repeat_key", "event", "top", "proc",
-                               "every_event")))
+                               "every_event", "export", "export")))
     if op == "top" or not events:
         if not isinstance(doc, Obj) or draw(st.booleans()):
             if draw(st.booleans()) and events is not None:  # object form <-> bare array
@@ -211,6 +215,8 @@ def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
         key, value = draw(st.sampled_from(TOP_KEYS)), draw(hostile)
         steps.append(f"top {key!r} = {_short(value)}")
         return Obj([*(kv for kv in doc if kv[0] != key), (key, value)])
+    if op == "export" and isinstance(doc, Obj) and any(k == "msprof_py" for k, _ in doc):
+        return draw(_export_block(doc, steps))
     if op == "every_event":  # one field of every event: whole columns of one odd type
         key, value = draw(st.sampled_from(EVENT_KEYS + tuple(f"args.{k}" for k in ARGS_KEYS))), draw(hostile)
         for j, ev in enumerate(events):
@@ -260,6 +266,36 @@ def _structural(draw: st.DrawFn, doc: Any, steps: list[str]) -> Any:
         events.append(Obj([("ph", "M"), ("name", "process_name"), ("pid", pid), ("tid", 0),
                            ("args", Obj([("name", track)]))]))
         steps.append(f"process of event {i} named {track!r}")
+    return doc
+
+
+@st.composite
+def _export_block(draw: st.DrawFn, doc: Obj, steps: list[str]) -> Obj:
+    """An export's `msprof_py` block with one typed column, or one metadata field, damaged."""
+    block = next(v for k, v in doc if k == "msprof_py")
+    if not isinstance(block, Obj):
+        return doc
+    typed = next((v for k, v in block if k == "typed"), None)
+    if isinstance(typed, Obj) and typed and draw(st.booleans()):
+        j = draw(st.integers(0, len(typed) - 1))
+        name, column = typed[j]
+        how = draw(st.sampled_from(("value", "shorter", "whole")))
+        if how == "value" and isinstance(column, list) and column:
+            at, value = draw(st.integers(0, len(column) - 1)), draw(hostile)
+            column[at] = value
+            steps.append(f"export typed {name!r}[{at}] = {_short(value)}")
+        elif how == "shorter" and isinstance(column, list):
+            del column[len(column) // 2:]
+            steps.append(f"export typed {name!r} cut to {len(column)} values")
+        else:
+            value = draw(hostile)
+            typed[j] = (name, value)
+            steps.append(f"export typed {name!r} = {_short(value)}")
+        return doc
+    key, value = draw(st.sampled_from(("origin_ns", "world_size", "source_format", "extra", "typed", "schema_version"))), \
+        draw(hostile)
+    block[:] = [*(kv for kv in block if kv[0] != key), (key, value)]
+    steps.append(f"export {key!r} = {_short(value)}")
     return doc
 
 
