@@ -262,12 +262,10 @@ def _show(renderable: Any) -> None:
 
     console = Console()
     if not console.is_terminal:
-        from rich.measure import Measurement
-
         _fit_titles(renderable)
-        wide = Console(width=1 << 16, no_color=True, highlight=False)
-        needed = Measurement.get(wide, wide.options, renderable).maximum
-        console = Console(width=max(needed, 80), no_color=True, highlight=False)
+        # Tables take their natural width (they do not expand), so a console far wider than any
+        # line renders everything unwrapped; the padding it leaves is stripped below.
+        console = Console(width=1 << 16, no_color=True, highlight=False, emoji=False)
         with console.capture() as captured:
             console.print(renderable)
         # rich pads every line to the table's width: trailing blanks only get in the way of grep and diff

@@ -107,8 +107,8 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
         span_ns=span_ns,
         world_size=trace.meta.world_size,
         skipped_events=int(trace.meta.extra.get("skipped_events", 0)),
-        ranks=tuple(np.unique(rank).tolist()),
-        devices=tuple(np.unique(device[has_device]).tolist()),
+        ranks=_distinct(rank),
+        devices=_distinct(device[has_device]),
         streams=_streams(rank[on_device], device[on_device], has_device[on_device], stream[on_device]),
         kinds=_kind_counts(kind, kind_names),
         top_device=top_names(DEVICE_KINDS),
@@ -156,12 +156,23 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), list(values)
 
 
+def _distinct(values: np.ndarray) -> tuple[int, ...]:
+    """The distinct values, ascending (np.unique loads numpy.ma on its first call)."""
+    values = np.sort(values)
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = values[1:] != values[:-1]
+    return tuple(values[keep].tolist())
+
+
 def _streams(rank: np.ndarray, device: np.ndarray, has_device: np.ndarray, stream: np.ndarray) -> tuple[StreamSet, ...]:
     keys = np.stack([rank, (~has_device).astype(np.int64), device, stream], axis=1)
+    # Sorted by rank, then rows with a device before those without (the odd ones out), then
+    # device, then stream: np.unique(axis=0) without its first-call import of numpy.ma.
+    keys = keys[np.lexsort(keys.T[::-1])]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = (keys[1:] != keys[:-1]).any(axis=1)
     by_place: dict[tuple[int, int | None], list[int]] = {}
-    # np.unique sorts by rank, then rows with a device before those without (the odd ones out),
-    # then device, then stream.
-    for r, none, d, st in np.unique(keys, axis=0).tolist():
+    for r, none, d, st in keys[first].tolist():
         by_place.setdefault((r, None if none else d), []).append(st)
     return tuple(StreamSet(r, d, tuple(streams)) for (r, d), streams in by_place.items())
 
