@@ -291,3 +291,15 @@ def test_info_on_parquet_does_not_make_pyarrow_import_pandas():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=str(REPO))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_piped_eval_is_never_cut():
+    proc = run_piped("eval", "-s", "resnet50-infer", "--quick")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "…" not in proc.stdout
+    assert ("target: precision and recall >= 0.95 per kind; findings = claims of the kind's codes (a finding, "
+            "or each occurrence it lists)") in lines
+    note = next(line for line in lines if line.startswith("not a healthy variant: "))
+    assert note.endswith("(its copy bubbles would count against serial-copies)")
+    assert any(line.startswith("│ serial-copies ") for line in lines)
