@@ -246,3 +246,25 @@ def test_invalid_utf8_in_a_kept_field_names_the_event_and_lenient_skips_it(field
     assert rejected(data) in ("trace: event 1: a field is not valid UTF-8", "trace: event 1: 'args' is not valid UTF-8")
     trace = import_bytes(data, lenient=True)
     assert (len(trace), trace.meta.extra["skipped_events"]) == (1, 1)
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("9" * 39, "9" * 39),  # Arrow's decimal128 cast wrapped this round to -26596012780397245730.2
+    ("9" * 5000, "9" * 37 + "..."),  # ... and this to -1 (it imported as ts -1 us)
+    ("9" * 5000 + ".5", "9" * 37 + "..."),  # ... and this to a "negative 'dur'" of 5000 digits
+])
+def test_long_digit_strings_are_out_of_range_not_wrapped_round(text, shown):
+    for key in ("ts", "dur"):
+        fields = {"ts": 1, "dur": 1, key: text}
+        assert rejected(events(ev(**fields))) == f"trace: event 0: '{key}' {shown} is out of range (int64 nanoseconds)"
+
+
+def test_thirty_digits_scaled_down_by_an_exponent_are_exact():
+    trace = import_bytes(events(ev(ts="1" * 30 + "e-24", dur=0)))
+    assert trace.meta.origin_ns == 111_111_111  # 111111.111111 us, to the nanosecond
+
+
+def test_a_pid_string_of_thousands_of_digits_is_a_name():
+    # int() refuses more than 4300 digits: such a pid is a name, as any non-number is.
+    trace = import_bytes(events(ev(pid="9" * 5000)))
+    assert trace.table.column("pid")[0].as_py() < 0

@@ -56,7 +56,8 @@ def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dic
         values = list(values)
         for i, v in strings.items():
             body = v[1:] if v.startswith("-") else v
-            values[i] = int(v) if body.isascii() and body.isdigit() and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
+            numeric = body.isascii() and body.isdigit() and len(body) <= 19
+            values[i] = int(v) if numeric and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
     try:
         return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), strings
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
@@ -128,6 +129,8 @@ def decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
     try:
         if not pc.all(pc.match_substring_regex(text, _DECIMAL_ANCHORED)).as_py():
             raise pa.ArrowInvalid("not decimal text")  # what Arrow's cast would let through (".0")
+        if length.max(initial=0) > _DECIMAL_CAST_CHARS:
+            raise pa.ArrowInvalid("too long for decimal128")  # Arrow's cast wraps round beyond 38 digits
         dec = text.cast(pa.decimal128(38, 18))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # Beyond decimal128(38, 18) (1e300, 1e-300, 25 decimals) or not a number at all: one
@@ -167,6 +170,9 @@ _DECIMAL_TEXT = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _DECIMAL = re.compile(_DECIMAL_TEXT)
 _DECIMAL_ANCHORED = f"^{_DECIMAL_TEXT}$"
 _NS_PER_US = Decimal(1000)
+#: Longest text sent through Arrow's decimal128(38, 18) cast, which for 39 digits and more can
+#: return a wrapped-round value instead of an error ("9" * 39 -> -26596012780397245730.2).
+_DECIMAL_CAST_CHARS = 32
 
 
 def us_text_to_ns(text: str) -> int | str:
@@ -211,6 +217,8 @@ def out_of_range(where: str, i: int, key: str, value: Any) -> TraceFormatError:
 
 def shown(value: Any, *, quote: bool = True, limit: int = 40) -> str:
     """A value for an error message: repr (or plain text), cut short, so the message stays one line."""
+    if isinstance(value, int) and value.bit_length() > 14_000:  # str() refuses ints over 4300 digits
+        return f"(a {value.bit_length()}-bit integer)"
     text = repr(value) if quote else str(value)
     text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
     return text if len(text) <= limit else text[:limit - 3] + "..."

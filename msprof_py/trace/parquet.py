@@ -145,7 +145,8 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
             # Offsets, dictionary indices and UTF-8 as well as the pages' checksums: a corrupt
             # file that still decodes fails here, not later in an analyzer as an IndexError.
             t.validate(full=True)
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a mangled column name: the last
+        # UnicodeDecodeError: a column name in the footer that is not UTF-8.
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
         if meta is None:
             meta = _meta_from(md, where=str(f))
