@@ -255,7 +255,6 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     """Run a built-in scenario in-process with `switches` recorded; write its PROF dir (with
     ground_truth.json)."""
     from runtime_emu import scenarios
-    from runtime_emu.runtime import Runtime
 
     switches = switches or Switches()
     try:
@@ -265,14 +264,7 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
         raise MsprofError(str(exc)) from None
     prof_dir.check_output(output)
     warn_if_slow(spec.size(cfg) if spec.size is not None else 0)
-    # scenarios.run() has no recording switches: the same steps, with them.
-    options = spec.runtime_options(cfg) if spec.runtime_options else {}
-    if not spec.multi_rank:
-        options.setdefault("ranks", cfg.ranks)
-    rt = Runtime(seed=seed, preset=cfg.preset, switches=switches, **options)
-    spec.program(rt, cfg)
-    cfg.problems.flush(rt)
-    result = rt.finish()
+    result = scenarios.run_configured(spec, cfg, record=switches)
     known = scenarios.all_params(spec)
     prof = prof_dir.new_prof_dir(output)
     command = " ".join(["emulate", scenario, *(f"--switch {p}" for p in sorted(cfg.switches)),

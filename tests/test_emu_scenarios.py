@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runtime_emu import scenarios
+from runtime_emu import Switches, scenarios
 from runtime_emu.presets import PRESETS
 from runtime_emu.scenarios.problems import FLOOD_QUEUE_TASKS, FRAG_REQUEST_BYTES, SWITCHES
 
@@ -338,3 +338,16 @@ def test_triple_buffering_raises_throughput_and_removes_device_idle_gaps():
     assert on_rate > 1.4 * off_rate
     assert on_gaps < off_gaps and off_gaps >= scenarios.SCENARIOS["yolo-pipeline"].default_steps - 1
     assert on_idle < 0.05 < 0.25 < off_idle
+
+
+def test_run_records_what_its_recording_switches_say():
+    """`record` is msprof's --task-time / --memory ...: the same run, recorded differently."""
+    full = scenarios.run("resnet50-infer", steps=1)
+    quiet = scenarios.run("resnet50-infer", steps=1, record=Switches(task_time=False, memory=False))
+
+    def kinds(result) -> set:
+        return set(result.trace.table.column("kind").to_pylist())
+
+    assert {"kernel", "alloc", "flow", "api"} <= kinds(full)
+    assert not {"kernel", "alloc", "flow"} & kinds(quiet) and "api" in kinds(quiet)
+    assert quiet.ground_truth["tasks"] == full.ground_truth["tasks"]

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from runtime_emu.presets import PRESETS, Preset
 from runtime_emu.presets import preset as get_preset
+from runtime_emu.recorder import Switches
 from runtime_emu.runtime import EmuResult, Runtime
 from runtime_emu.scenarios import bert_train_dp, llm_train_2server, resnet50_infer, yolo_pipeline
 from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES
@@ -24,7 +25,7 @@ from runtime_emu.scenarios.problems import PRESET_OVERRIDES, SWITCHES
 from runtime_emu.scenarios.scenario import Config, Param, Scenario
 
 __all__ = ["ALIASES", "MULTI_RANK_SWITCHES", "SCENARIOS", "SWITCHES", "Config", "Param", "Scenario", "get",
-           "list_scenarios", "parse_params", "run"]
+           "list_scenarios", "parse_params", "run", "run_configured"]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO,
                                                        bert_train_dp.SCENARIO, llm_train_2server.SCENARIO)}
@@ -70,14 +71,22 @@ def _check_known(scenario: Scenario, params: dict[str, Any], known: dict[str, Pa
 
 
 def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | None = None,
-        ranks: int | None = None, trace_path: str | Path | None = None, trace_cut_tasks: int | None = None,
-        **params: Any) -> EmuResult:
-    """Run scenario `name` with `switches` on; returns the trace and the ground truth.
+        ranks: int | None = None, record: Switches | None = None, trace_path: str | Path | None = None,
+        trace_cut_tasks: int | None = None, **params: Any) -> EmuResult:
+    """Run scenario `name` with `switches` (the problems to inject) on; returns the trace and the
+    ground truth.
 
+    `record`: what to record (msprof's --task-time, --runtime-api, ... switches; default all).
     `trace_path` streams the trace into that Parquet directory (or file, one rank) while the
     scenario runs (Runtime's `trace_path`, `trace_cut_tasks`)."""
     scenario = get(name)
     cfg = configure(scenario, switches, seed=seed, steps=steps, ranks=ranks, params=params)
+    return run_configured(scenario, cfg, record=record, trace_path=trace_path, trace_cut_tasks=trace_cut_tasks)
+
+
+def run_configured(scenario: Scenario, cfg: Config, *, record: Switches | None = None,
+                   trace_path: str | Path | None = None, trace_cut_tasks: int | None = None) -> EmuResult:
+    """Run `scenario` as `configure` set it up (`cfg`); the rest as `run` takes it."""
     options = scenario.runtime_options(cfg) if scenario.runtime_options else {}
     if not scenario.multi_rank:
         options.setdefault("ranks", cfg.ranks)
@@ -85,7 +94,7 @@ def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | 
         options["trace_path"] = trace_path
         if trace_cut_tasks is not None:
             options["trace_cut_tasks"] = trace_cut_tasks
-    rt = Runtime(seed=seed, preset=cfg.preset, **options)
+    rt = Runtime(seed=cfg.seed, preset=cfg.preset, switches=record, **options)
     scenario.program(rt, cfg)
     cfg.problems.flush(rt)
     return rt.finish()
