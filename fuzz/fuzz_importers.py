@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fuzz.checks import check_cli, check_json, check_parquet
-from fuzz.json_cases import JsonCase, json_cases, json_seeds, write_case
+from fuzz.json_cases import JsonCase, Seeds, json_cases, json_seeds, write_case
 from fuzz.parquet_cases import ParquetCase, parquet_cases, parquet_seeds
 
 REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "real_traces"
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "msprof-py-hypothesis")
     console = Console(stderr=True)
     work = Path(tempfile.mkdtemp(prefix="msprof-fuzz-"))
-    seeds = {k: v for k, v in json_seeds(args.real_traces).items() if k not in args.without}
+    seeds = Seeds((k, v) for k, v in json_seeds(args.real_traces).items() if k not in args.without)
     tables = parquet_seeds(seeds, ("kineto-event-sync", "torch-npu", "kineto-tiny"))
     counts = {"json": 0, "parquet": 0, "cli": 0, "ok": 0, "error": 0}
     failures: list[str] = []
@@ -118,10 +118,11 @@ def _round(kind: str, n: int, round_no: int, seeds: dict, tables: dict, work: Pa
 
 def _report(kind: str, round_no: int, exc: Exception, console: Console, work: Path) -> str:
     """Print the shrunk failure and save it; returns its one-line summary."""
-    text = "\n".join(str(a) for a in (exc, *getattr(exc, "__notes__", ())))
+    parts = getattr(exc, "exceptions", None) or [exc]  # Hypothesis groups distinct failures
+    text = "\n\n".join("\n".join(str(a) for a in (e, *getattr(e, "__notes__", ()))) for e in parts)
     out = work / f"failure-{kind}-round{round_no}.txt"
     out.write_text(f"{type(exc).__name__}: {text}\n")
-    first = " ".join(str(exc).split())[:200]
+    first = " | ".join(" ".join(str(e).split())[:200] for e in parts)
     console.print(f"[red]failure[/red] ({kind}, round {round_no}): {first} -> {out}")
     return f"{kind} round {round_no}: {first}"
 

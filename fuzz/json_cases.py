@@ -93,9 +93,16 @@ SEED_FILES = {
 SEED_EVENTS = 80
 
 
-def json_seeds(real_traces: Path) -> dict[str, bytes]:
+class Seeds(dict):
+    """Seed name -> seed; printed by name only (Hypothesis prints a strategy's arguments)."""
+
+    def __repr__(self) -> str:
+        return f"Seeds({', '.join(self)})"
+
+
+def json_seeds(real_traces: Path) -> Seeds:
     """Seed name -> JSON text: each real trace with its metadata events and its first events."""
-    out = {}
+    out = Seeds()
     for name, rel in SEED_FILES.items():
         doc = parse(gzip.decompress((real_traces / rel).read_bytes()))
         events = dict(doc)["traceEvents"] if isinstance(doc, Obj) else doc

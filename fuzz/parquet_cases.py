@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
+from fuzz.json_cases import Seeds
 from msprof_py.trace import Trace, import_bytes, write_trace
 from msprof_py.trace.schema import META_KEY
 
@@ -32,9 +33,9 @@ META_VALUES = (
 )
 
 
-def parquet_seeds(json_seeds: dict[str, bytes], names: tuple[str, ...]) -> dict[str, Trace]:
+def parquet_seeds(json_seeds: dict[str, bytes], names: tuple[str, ...]) -> Seeds:
     """Tables imported from some of the JSON seeds."""
-    return {n: import_bytes(json_seeds[n], where=n) for n in names}
+    return Seeds((n, import_bytes(json_seeds[n], where=n)) for n in names)
 
 
 @dataclass
@@ -165,7 +166,12 @@ def _damaged_table(draw: st.DrawFn, table: pa.Table, steps: list[str]) -> pa.Tab
 @st.composite
 def _mistyped_meta(draw: st.DrawFn, raw: bytes) -> bytes:
     """The seed's real metadata with one field given a value of another type."""
-    meta: dict[str, Any] = json.loads(raw)
+    try:
+        meta: dict[str, Any] = json.loads(raw)
+    except ValueError:  # damaged by an earlier step
+        meta = {}
+    if not isinstance(meta, dict):
+        meta = {}
     key = draw(st.sampled_from(sorted(meta) or ["origin_ns"]))
     meta[key] = draw(st.sampled_from(("x", -1, 2**70, None, [], {}, 1.5, True)))
     return json.dumps(meta).encode()

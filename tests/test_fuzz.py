@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from fuzz.checks import check_cli, check_json, check_parquet, check_roundtrip
-from fuzz.json_cases import JsonCase, json_cases, json_seeds, write_case
+from fuzz.json_cases import JsonCase, Seeds, json_cases, json_seeds, write_case
 from fuzz.parquet_cases import ParquetCase, parquet_cases, parquet_seeds
 from msprof_py.errors import TraceFormatError
 from msprof_py.trace import import_bytes, import_trace, read_trace, write_trace
@@ -38,7 +38,7 @@ NOT_IN_CI = ("msprof-py-export",)
 
 @pytest.fixture(scope="module")
 def seeds(real_traces: Path) -> dict[str, bytes]:
-    return {k: v for k, v in json_seeds(real_traces).items() if k not in NOT_IN_CI}
+    return Seeds((k, v) for k, v in json_seeds(real_traces).items() if k not in NOT_IN_CI)
 
 
 def test_every_seed_imports_cleanly(real_traces):
