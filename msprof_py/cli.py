@@ -63,10 +63,8 @@ class _App(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except typer.TyperException as exc:
-            from typer._click.exceptions import NoArgsIsHelpError
-
-            if isinstance(exc, NoArgsIsHelpError):
+        except _CLICK_EXCEPTION as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `msprof-py` alone: the help, as click shows it
                 typer.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
                 sys.exit(exc.exit_code)
             from msprof_py.cli_params import UnknownChoice
@@ -79,6 +77,10 @@ class _App(TyperGroup):
             typer.echo(f"{PROG}: aborted", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+#: click's base of usage errors, wherever this Typer takes click from (vendored or installed).
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def _fail(message: str) -> NoReturn:

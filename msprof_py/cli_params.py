@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from typer import BadParameter
-from typer._coercion import RuntimeParam
+
+try:
+    from typer._coercion import RuntimeParam
+except ImportError:  # a Typer that converts with click (no pydantic): nothing to replace
+    RuntimeParam = None
 
 #: A Path parameter with any of these set needs Typer's checks (existence, dash, resolving).
 _PATH_FLAGS = {"exists": False, "writable": False, "resolve_path": False, "allow_dash": False,
@@ -25,9 +29,13 @@ _PATH_FLAGS = {"exists": False, "writable": False, "resolve_path": False, "allow
 def install(command: Any, ctx: Any) -> None:
     """Give each plain parameter of `command` and of its subcommands (with their `--help`
     options, which click adds per context) the fast converter."""
+    if RuntimeParam is None:
+        return
     for param in command.get_params(ctx):
-        if getattr(param, "_runtime_param", True) is None and _plain(param.type_descriptor.annotation,
-                                                                     param.type_descriptor.parameter_info):
+        # Only where Typer would build its own converter lazily (its `_runtime_param` is None).
+        descriptor = getattr(param, "type_descriptor", None)
+        if (descriptor is not None and getattr(param, "_runtime_param", True) is None
+                and _plain(descriptor.annotation, descriptor.parameter_info)):
             param._runtime_param = _PlainParam(parameter_info=param.type_descriptor.parameter_info,
                                                annotation=param.type_descriptor.annotation)
     for sub in getattr(command, "commands", {}).values():
@@ -49,7 +57,7 @@ def _plain(annotation: Any, info: Any) -> bool:
     return annotation in (str, bool)
 
 
-class _PlainParam(RuntimeParam):
+class _PlainParam(RuntimeParam or object):  # type: ignore[misc]
     """Converts a value of one of the plain kinds `_plain` accepts."""
 
     def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
