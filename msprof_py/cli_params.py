@@ -10,6 +10,7 @@ A parameter of any other kind keeps Typer's own converter.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -20,6 +21,8 @@ try:
     from typer._coercion import RuntimeParam
 except ImportError:  # a Typer that converts with click (no pydantic): nothing to replace
     RuntimeParam = None
+
+_INT = re.compile(r"([+-]?[0-9](?:_?[0-9])*)(?:\.0+)?")
 
 #: A Path parameter with any of these set needs Typer's checks (existence, dash, resolving).
 _PATH_FLAGS = {"exists": False, "writable": False, "resolve_path": False, "allow_dash": False,
@@ -79,14 +82,17 @@ def _convert(annotation: Any, value: Any, info: Any, param: Any, ctx: Any) -> An
         text = str(value).strip().lower()
         if text in ("1", "true", "t", "yes", "y", "on"):
             return True
-        if text in ("0", "false", "f", "no", "n", "off"):
+        if text in ("", "0", "false", "f", "no", "n", "off"):
             return False
         raise BadParameter(f"{value!r} is not a valid boolean.", ctx=ctx, param=param)
     if annotation is int:
-        try:
-            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip(), 10)
-        except ValueError:
-            raise BadParameter(f"{value!r} is not a valid integer.", ctx=ctx, param=param) from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:  # what Typer's pydantic accepts: ASCII digits, a sign, '_' between digits, '.0' after
+            match = _INT.fullmatch(str(value).strip())
+            if match is None:
+                raise BadParameter(f"{value!r} is not a valid integer.", ctx=ctx, param=param)
+            number = int(match.group(1).replace("_", ""))
         if info.min is not None and number < info.min:
             raise BadParameter(f"{number} is smaller than the minimum {info.min}.", ctx=ctx, param=param)
         if info.max is not None and number > info.max:

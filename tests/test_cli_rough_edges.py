@@ -303,3 +303,37 @@ def test_piped_eval_is_never_cut():
     note = next(line for line in lines if line.startswith("not a healthy variant: "))
     assert note.endswith("(its copy bubbles would count against serial-copies)")
     assert any(line.startswith("│ serial-copies ") for line in lines)
+
+
+def test_fast_conversion_gives_typer_s_values_for_every_parameter():
+    """msprof_py.cli_params converts without pydantic; for every parameter of every command it
+    must accept what Typer's own converter accepts, give the same value, and reject the rest."""
+    import typer.main
+    from typer._click import Context
+    from typer._coercion import build_runtime_param
+
+    from msprof_py import cli_params
+
+    group = typer.main.get_command(app)
+    ctx = Context(group)
+    cli_params.install(group, ctx)
+    samples = ["0", "1", "-1", "7", "x", "", "on", "off", "all", "complete_steps", "md", "warning", "a/b.json",
+               "True", "no", " 7 ", "007", "+3", "3.0", "1e3", "1_000", "ON", "Off", "٣", "1__0", "-0", ".0", "3.", " -3.00 "]
+    checked = 0
+    for command in [group, *group.commands.values()]:
+        for param in command.get_params(ctx):
+            ours = param._runtime_param
+            if not isinstance(ours, cli_params._PlainParam):
+                continue
+            theirs = build_runtime_param(param.type_descriptor)
+            for raw in samples:
+                value = [raw] if param.multiple or param.nargs == -1 else raw
+                outcome = []
+                for converter in (ours, theirs):
+                    try:
+                        outcome.append(("ok", converter.coerce(value, param=param, ctx=ctx)))
+                    except cli_params.BadParameter:
+                        outcome.append(("bad", None))
+                assert outcome[0] == outcome[1], (command.name, param.name, raw, outcome)
+                checked += 1
+    assert checked > 500
