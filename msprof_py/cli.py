@@ -309,7 +309,7 @@ def import_(
         typer.echo(f"skipped {loading.skipped_events(trace)} malformed events")
 
 
-@app.command("export")
+@app.command("export", short_help='Export a trace to Chrome JSON (Perfetto, chrome://tracing).')
 def export(
     trace_path: TraceArg,
     output: Annotated[Path, typer.Option(
@@ -329,7 +329,7 @@ def export(
     typer.echo(f"wrote {len(trace)} events to {output}")
 
 
-@app.command("info")
+@app.command("info", short_help='Summarize a trace: span, ranks, devices, streams, top names.')
 def info(
     trace_path: TraceArg,
     top: Annotated[int, typer.Option(
@@ -357,7 +357,7 @@ AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
     "--analyzer", "-a", show_default=False, help="Run only this analyzer (repeatable); default: all.")]
 
 
-@app.command("analyze")
+@app.command("analyze", short_help='Find bottlenecks, ranked by the time or memory they cost.')
 def analyze(
     trace_path: TraceArg,
     analyzer: AnalyzerOpt = None,
@@ -379,7 +379,7 @@ def analyze(
         _show(render_findings(rep, title=str(trace_path)))
 
 
-@app.command("report")
+@app.command("report", short_help='Write a bottleneck report (Markdown, HTML or JSON).')
 def report_cmd(
     trace_path: TraceArg,
     output: Annotated[Path, typer.Option(
@@ -413,7 +413,7 @@ def report_cmd(
         raise typer.Exit(1)
 
 
-@app.command("diff")
+@app.command("diff", short_help='Compare two traces: throughput, step time, memory, findings.')
 def diff_cmd(
     base: Annotated[Path, typer.Argument(metavar="BASE", help="The trace before the change.")],
     new: Annotated[Path, typer.Argument(metavar="NEW", help="The trace after the change.")],
@@ -446,7 +446,7 @@ class _EvalCommand(TyperCommand):
                         f"injected fewer than {evaluate.MIN_INJECTIONS} times gets further seeds\n")
 
 
-@app.command("eval", cls=_EvalCommand)
+@app.command("eval", cls=_EvalCommand, short_help="Score the analyzers against the emulator's ground truth.")
 def eval_cmd(
     scenario: Annotated[Optional[list[str]], typer.Option(
         "--scenario", "-s", show_default=False, help="Scenario to score (repeatable); default: all.")] = None,
@@ -528,7 +528,7 @@ def _describe_scenario(spec: Any, *, long: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-@app.command("emulate", cls=_EmulateCommand)
+@app.command("emulate", cls=_EmulateCommand, short_help='Run a built-in scenario on the emulated runtime.')
 def emulate_cmd(
     scenario: ScenarioArg = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", show_default=False,
@@ -591,7 +591,7 @@ def _params(items: list[str]) -> dict[str, str]:
     return out
 
 
-@app.command("demo")
+@app.command("demo", short_help='Profile a built-in YOLO pipeline that has two problems.')
 def demo(
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the PROF_* run.")] = Path("profiling"),
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
@@ -615,7 +615,7 @@ def demo(
     typer.echo(f"dashboard:    {me} dashboard {prof}  (then open http://127.0.0.1:8050/)")
 
 
-@app.command("dashboard")
+@app.command("dashboard", short_help='Serve the web dashboard over one or more traces.')
 def dashboard_cmd(
     traces: Annotated[list[Path], typer.Argument(
         metavar="TRACE_OR_PROF_DIR...", show_default=False,

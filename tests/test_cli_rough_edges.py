@@ -337,3 +337,12 @@ def test_fast_conversion_gives_typer_s_values_for_every_parameter():
                 assert outcome[0] == outcome[1], (command.name, param.name, raw, outcome)
                 checked += 1
     assert checked > 500
+
+
+def test_piped_help_lists_every_command_uncut():
+    proc = run_piped("--help")
+    assert proc.returncode == 0, proc.stderr
+    commands = proc.stdout.split("Commands:\n", 1)[1].splitlines()
+    names = [line.split()[0] for line in commands if line.strip()]
+    assert names == ["import", "export", "info", "analyze", "report", "diff", "eval", "emulate", "demo", "dashboard"]
+    assert all(not line.rstrip().endswith("...") for line in commands)
