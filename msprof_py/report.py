@@ -172,6 +172,7 @@ def to_html(report: dict[str, Any]) -> str:
     head, rows = _device_table(report.get("devices") or [])
     return template.render(
         report=report, summary=_summary_rows(report["summary"]), charts=charts, where=_where, lost=_lost, val=_val,
+        metric=_metric, ms=_ms,
         plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
         breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
@@ -490,7 +491,7 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 {% for f in report.findings %}
 <div class="finding"><h3 class="{{ f.severity }}">{{ loop.index }}. [{{ f.severity }}] {{ f.title }} <small>({{ f.code }})</small></h3>
 <p>{{ f.message }}</p>
-<p>where: {{ where(f) }}; lost: {{ lost(f) }}; {{ f.metric }} = {{ val(f.value) }} (threshold {{ val(f.threshold) }})</p>
+<p>where: {{ where(f) }}; lost: {{ lost(f) }}; {{ f.metric }} = {{ metric(f.metric, f.value) }} (threshold {{ metric(f.metric, f.threshold) }})</p>
 {% if f.lookup %}<table><tr><th>symptom</th><td>{{ f.lookup.symptom }}</td></tr>
 <tr><th>cause</th><td>{{ f.lookup.cause }}</td></tr><tr><th>remedy</th><td>{{ f.lookup.remedy }}</td></tr></table>{% endif %}
 {% if loop.index0 < charts.timelines|length and charts.timelines[loop.index0] %}{% set w = report.timelines[loop.index0] %}
@@ -502,7 +503,7 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 {% for r in device_rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
 <h2>Streams</h2>
 <table><tr><th>rank</th><th>device</th><th>stream</th><th>busy ms</th><th>idle ms</th><th>queue max</th><th>queue mean</th></tr>
-{% for r in report.streams %}<tr><td>{{ r.rank }}</td><td>{{ r.device }}</td><td>{{ r.stream }}</td><td>{{ "%.3f"|format(r.busy_ns / 1e6) }}</td><td>{{ "%.3f"|format(r.idle_ns / 1e6) }}</td><td>{{ val(r.queue_len_max) }}</td><td>{{ val(r.queue_len_mean) }}</td></tr>{% endfor %}
+{% for r in report.streams %}<tr><td>{{ r.rank }}</td><td>{{ r.device }}</td><td>{{ r.stream }}</td><td>{{ ms(r.busy_ns) }}</td><td>{{ ms(r.idle_ns) }}</td><td>{{ val(r.queue_len_max) }}</td><td>{{ val(r.queue_len_mean) }}</td></tr>{% endfor %}
 </table>
 {% if report.copies %}<h2>Copies</h2><p>{{ copies_note }}</p><table><tr>{% for h in copies_head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in report.copies %}<tr><td>{{ r.rank }}</td><td>{{ r.kind }}</td><td>{{ r.count }}</td><td>{{ gbps(r.gbps_mean) }}</td><td>{{ gbps(r.gbps_max) }}</td></tr>{% endfor %}</table>{% endif %}
