@@ -342,7 +342,8 @@ def info(
     """Summarize a trace: span, ranks, devices, streams, events per kind, top time consumers."""
     from msprof_py.summary import NAME_CHARS, SUMMARY_COLUMNS, render, summarize
 
-    trace = _load(trace_path, lenient, progress, columns=SUMMARY_COLUMNS)
+    # Only the typed columns the summary reads: a JSON import skips the verbatim args text.
+    trace = _load(trace_path, lenient, progress, analysis_only=True, columns=SUMMARY_COLUMNS)
     summary = summarize(trace, top=top)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
