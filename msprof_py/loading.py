@@ -65,9 +65,9 @@ def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallb
 
 def _checked(trace: Trace, path: Path) -> Trace:
     """A partly read table, its columns checked as `validate` checks a whole one (types, nulls)."""
-    from msprof_py.trace.schema import COLUMNS
-
     import pyarrow as pa
+
+    from msprof_py.trace.schema import COLUMNS
 
     for name, typ, nullable in COLUMNS:
         if name not in trace.table.column_names:

@@ -180,7 +180,8 @@ def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array,
     """One source-and-projection per buffer (per task kind, when a cut holds several), in
     recording order, and where each one's rows stand in it: (first position, row count,
     positions relative to the first when a task kind's rows were picked out, else None)."""
-    out, positions = [], []
+    out: list[Any] = []
+    positions: list[tuple[int, int, np.ndarray | None]] = []
     g = buffers["tasks"]
     if g is not None:
         kinds = g[:, 7]
@@ -237,7 +238,7 @@ def build(chunk: Any, schema: pa.Schema) -> pa.Table:
     fortran = {name: None if g is None else np.asfortranarray(g) for name, g in chunk.buffers.items()}
     chunk.rows, chunk.buffers = [], {}
     parts = [_rows_table(rows, strings)] if rows else []  # adds the full rows' new texts
-    positions = [(0, len(rows), None)] if rows else []
+    positions: list[tuple[int, int, np.ndarray | None]] = [(0, len(rows), None)] if rows else []
     dictionary = pa.array(strings, pa.string())
     branches, more = _branches(fortran, dictionary, len(rows))
     positions += more

@@ -133,7 +133,7 @@ def kineto_trace(f: Family) -> dict:
         {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": HOST_PID, "args": {"name": "thread 4242 (python3)"}},
         {"ph": "M", "name": "process_name", "pid": f.device, "tid": 0, "args": {"name": f"{f.name.upper()} {f.device}"}},
     ]
-    for role, s in f.streams.items():
+    for s in f.streams.values():
         ev.append({"ph": "M", "name": "thread_name", "pid": f.device, "tid": s, "args": {"name": f"stream {s}"}})
     for n, ts, dur in STEPS:
         ev.append(_x("user_annotation", f"ProfilerStep#{n}", HOST_PID, HOST_PID, ts, dur, {"External id": n}))

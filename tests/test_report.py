@@ -9,7 +9,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from analyzers import Frames, run
+from analyzers import Frames
 from msprof_py import loading, report
 from msprof_py.breakdown import UNCLASSIFIED, step_breakdown
 from msprof_py.cli import app

@@ -26,7 +26,11 @@ DTYPE_BYTES = {0: 1, 1: 2, 2: 4, 3: 2, 4: 4, 5: 8, 6: 8, 7: 1, 8: 2, 9: 4, 10: 8
 HCCL_REDUCE_SUM, HCCL_REDUCE_PROD, HCCL_REDUCE_MAX, HCCL_REDUCE_MIN = 0, 1, 2, 3
 _REDUCE_OPS = (0, 1, 2, 3)
 
-__all__ = [n for n in dict(globals()) if n.startswith("HCCL_")] + [
+__all__ = [
+    "HCCL_DATA_TYPE_BFP16", "HCCL_DATA_TYPE_FP16", "HCCL_DATA_TYPE_FP32", "HCCL_DATA_TYPE_FP64",
+    "HCCL_DATA_TYPE_INT128", "HCCL_DATA_TYPE_INT16", "HCCL_DATA_TYPE_INT32", "HCCL_DATA_TYPE_INT64",
+    "HCCL_DATA_TYPE_INT8", "HCCL_DATA_TYPE_UINT16", "HCCL_DATA_TYPE_UINT32", "HCCL_DATA_TYPE_UINT64",
+    "HCCL_DATA_TYPE_UINT8", "HCCL_REDUCE_MAX", "HCCL_REDUCE_MIN", "HCCL_REDUCE_PROD", "HCCL_REDUCE_SUM",
     "DTYPE_BYTES", "RootInfo", "all_gather", "all_reduce", "alltoall", "broadcast", "comm_destroy", "comm_init_all",
     "comm_init_root_info", "configure", "get_rank_id", "get_rank_size", "get_root_info", "ground_truth", "recv",
     "reduce_scatter", "send"]
@@ -148,9 +152,11 @@ def _join(rt, th, st: C.HcclState, key: Any, n_ranks: int, rank: int, t0: int, a
     # Every member leaves together: the rendezvous ends with the last join.
     waited = max(th.clock, rv.join_ns) - arrived
     th.clock = max(th.clock, rv.join_ns) + C.COMM_INIT_NS
-    st.inits.append((th.rank, t0, th.clock, rv.group.id))
+    group = rv.group
+    assert group is not None, "the last rank to join made the group"
+    st.inits.append((th.rank, t0, th.clock, group.id))
     rt.rows.api(th, api, t0, "sync", blocked="waiting for the other ranks", blocked_ns=waited)
-    return C.Comm(rv.group, rank, th.rank)
+    return C.Comm(group, rank, th.rank)
 
 
 def comm_destroy(comm: C.Comm) -> None:

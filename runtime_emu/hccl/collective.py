@@ -154,7 +154,9 @@ class Collective:
         self.steps += 1
         self._outstanding = len(step.sends)
         self._reduce_bytes = step.reduce_bytes
-        path, members, link_bytes = rt.topology.path, self.members, st.link_bytes
+        topo = rt.topology
+        assert topo is not None, "collectives run on a topology"
+        path, members, link_bytes = topo.path, self.members, st.link_bytes
         for src, dst, nbytes in step.sends:
             links = path(members[src], members[dst])
             for link in links:
@@ -234,6 +236,7 @@ class HcclState:
 
     def new_group(self, ranks: tuple[int, ...]) -> Group:
         topo = self.rt.topology
+        assert topo is not None, "communicators are made on a topology"
         by_server: dict[int, list[int]] = {}
         for i, r in enumerate(ranks):
             by_server.setdefault(topo.server_of(r), []).append(i)

@@ -83,6 +83,7 @@ class ClusterProblems:
         self._slowed: list[int] = []  # corr of the slow rank's kernels
         self._prefetch: dict[int, tuple[Stream, int, int]] = {}  # rank -> (stream, host buffer, device buffer)
         self._copies: dict[int, list[int]] = {}  # rank -> corr of its prefetch copies
+        assert rt.topology is not None, "cluster problems act on a multi-rank topology"
         self.link_ranks, self.links = slow_links(rt.topology, cfg.preset)
 
     def start(self, compute: Stream, comm: Stream) -> None:
@@ -115,7 +116,8 @@ class ClusterProblems:
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
             colls = [c for c in self.rt.hccl.collectives if rank in c.index]
-            own, others = [], []
+            own: list[int] = []
+            others: list[int] = []
             for c in colls:
                 for m, r in enumerate(c.members):
                     (own if r == rank else others).append(c.start_ns - c.arrive_ns[m])
@@ -141,6 +143,7 @@ class ClusterProblems:
     def report_slow_link(self, comm: Stream) -> None:
         """Record the degraded link (`degrade` put it in the topology)."""
         ranks, links = self.link_ranks, self.links
+        assert self.rt.topology is not None, "cluster problems act on a multi-rank topology"
         nominal = nominal_gbps(self.rt.topology, self.cfg.preset, next(iter(links)))
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:

@@ -170,6 +170,7 @@ class Param:
             if word in TRUE_WORDS or word in FALSE_WORDS:
                 return word in TRUE_WORDS
             raise ValueError(f"{name} must be true or false (or yes/no, 1/0), got {text!r}")
+        value: Any
         if self.type in (int, float):
             try:
                 value = self.type(text)

@@ -143,6 +143,7 @@ class _Rank:
     def train(self) -> None:
         rt, cfg, model = self.rt, self.cfg, self.model
         rank = self.rank
+        assert rt.topology is not None, "data-parallel training runs on a topology"
         rt.set_device(rt.topology.local_of(rank))
         self.comm = hccl.comm_init_all()
         self.comp, self.comm_s = rt.create_stream(), rt.create_stream()

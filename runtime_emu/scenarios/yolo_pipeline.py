@@ -154,7 +154,9 @@ class _Pipeline:
         rt, head = self.rt, len(self.ops) - HEAD_OPS
         corrs = []
         for k, (name, core, ns) in enumerate(self.ops):
-            blocks, reads, writes = None, (), ()
+            blocks: int | None = None
+            reads: tuple[int, ...] = ()
+            writes: tuple[int, ...] = ()
             if k == 0:
                 reads = (self.dev_in[b],)
             elif head <= k < head + 3:
