@@ -10,13 +10,14 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from fuzz.checks import check_cli, check_json, check_parquet, check_roundtrip
+from fuzz.checks import FuzzFailure, check_cli, check_json, check_parquet, check_roundtrip, outcome
 from fuzz.json_cases import JsonCase, Seeds, json_cases, json_seeds, write_case
 from fuzz.parquet_cases import ParquetCase, parquet_cases, parquet_seeds
 from msprof_py.errors import TraceFormatError
@@ -102,13 +103,27 @@ def test_cli_on_mutated_traces(seeds, tmp_path):
     parquet_run()
 
 
+def test_the_rule_fails_anything_but_a_trace_or_a_one_line_error():
+    assert isinstance(outcome(lambda: _raise(TraceFormatError("fuzz: bad")), "fuzz"), TraceFormatError)
+    with pytest.raises(FuzzFailure, match=r"^ZeroDivisionError: integer division or modulo by zero \(at test_fuzz"):
+        outcome(lambda: 1 // 0, "fuzz")
+    with pytest.raises(FuzzFailure, match="bad error message"):
+        outcome(lambda: _raise(TraceFormatError("fuzz: two\nlines")), "fuzz")
+    with pytest.raises(FuzzFailure, match="bad error message"):
+        outcome(lambda: _raise(TraceFormatError("fuzz: " + "x" * 500)), "fuzz")
+    with pytest.raises(FuzzFailure, match="RuntimeWarning"):
+        outcome(lambda: np.int64(2**62) * np.int64(4), "fuzz")  # a number silently wrapped round
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
 # ---------------------------------------------------------------- regressions
 # Minimal reproducers of what the fuzzer found: each crashed (or was silently wrong) before.
 
 def ev(**fields) -> str:
-    base = {"ph": "X", "name": "k", "cat": "kernel", "pid": 1, "tid": 7, "ts": 10, "dur": 2}
-    base.update(fields)
-    return json.dumps({k: v for k, v in base.items() if v is not ...})
+    return json.dumps({"ph": "X", "name": "k", "cat": "kernel", "pid": 1, "tid": 7, "ts": 10, "dur": 2, **fields})
 
 
 def events(*items: str) -> bytes:
