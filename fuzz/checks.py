@@ -45,11 +45,20 @@ def outcome(call: Callable[[], Any], where: str) -> Any:
                               f"(at {Path(frame.filename).name}:{frame.lineno} in {frame.name})") from exc
 
 
+#: TraceMeta fields and the types they must have in any trace a reader returns.
+META_TYPES = {"origin_ns": int, "source_format": str, "producer": str, "world_size": (int, type(None)),
+              "schema_version": int, "source_meta": dict, "extra": dict}
+
+
 def check_trace(trace: Trace, where: str) -> None:
-    """An imported or read trace obeys the table's schema."""
+    """An imported or read trace obeys the table's schema, and its metadata has its types."""
     problem = outcome(lambda: validate(trace.table, where=where), where)
     if isinstance(problem, MsprofError):
         raise FuzzFailure(f"the table breaks the schema: {problem.one_line()}")
+    for key, types in META_TYPES.items():
+        value = getattr(trace.meta, key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise FuzzFailure(f"metadata {key!r} is a {type(value).__name__}: {value!r:.80}")
 
 
 def check_json(data: bytes, *, file: Path | None = None) -> str:
