@@ -9,6 +9,7 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
+from msprof_py.trace.units import mib
 
 
 @dataclass
@@ -112,13 +113,13 @@ def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFram
     mine = unfreed[(unfreed["rank"] == rank) & (unfreed["device"] == device)]
     sites = [{"name": r.name, "bytes": int(r.bytes), "count": int(r.count), "first_ts": int(r.first_ts)}
              for r in mine.head(cfg.evidence).itertuples()]
-    where = f" mostly from {sites[0]['name']!r} ({sites[0]['count']} x {sites[0]['bytes']} B)" if sites else ""
+    where = f" mostly from {sites[0]['name']!r} ({sites[0]['count']} x {mib(sites[0]['bytes'])})" if sites else ""
     # Every step leaks, the first included: the live bytes at the first step's end already hold one.
     lost = int(slope * len(values))
     sev = Severity.CRITICAL if slope * 100 > values.max() else Severity.WARNING
     return Finding(
         code="MEMORY_LEAK", severity=sev, title="Device memory grows every step",
-        message=(f"rank {rank} device {device}: live memory grows {slope / 1e6:.3f} MB per step over "
+        message=(f"rank {rank} device {device}: live memory grows {mib(slope)} per step over "
                  f"{len(values)} steps (R^2 {r2:.3f}){where}"),
         rank=int(rank), device=int(device) if device >= 0 else None, ts_ns=int(steps["ts"].min()),
         dur_ns=int(ends.max() - steps["ts"].min()), metric="bytes_per_step", value=float(slope),
@@ -192,11 +193,11 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
             known = [free for _, free, _ in fl if free is not None]
             lost = max(known) if known else None
             times = [int(f.ts) for f, _, _ in fl]
-            free_text = f"{free0 / 2**20:.1f} MiB free" if free0 is not None else "free memory not in the trace"
+            free_text = f"{mib(free0)} free" if free0 is not None else "free memory not in the trace"
             msg = (f"rank {rank} device {device}: {len(fl)} allocation(s) failed although "
                    f"{'enough memory was free' if known else 'a smaller block was free'}, e.g. "
-                   f"{f0.bytes / 2**20:.1f} MiB requested with {free_text}"
-                   + (f" but no free block over {largest0 / 2**20:.1f} MiB" if largest0 is not None else ""))
+                   f"{mib(f0.bytes)} requested with {free_text}"
+                   + (f" but no free block over {mib(largest0)}" if largest0 is not None else ""))
             # Confirmed when the trace shows the free memory; a suspect (warning) when it does not.
             sev = Severity.CRITICAL if known else Severity.WARNING
             ts, dur, metric = min(times), max(times) - min(times), "unusable_free_bytes"
@@ -204,7 +205,7 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
             threshold = float(f0.bytes)
         else:
             lost = int(frag)
-            msg = (f"rank {rank} device {device}: {frag / 2**20:.1f} MiB reserved but not allocated ({ratio:.0%} of "
+            msg = (f"rank {rank} device {device}: {mib(frag)} reserved but not allocated ({ratio:.0%} of "
                    f"reserved); no allocation failed")
             ts, dur, sev, metric, value = peak_ts, 0, Severity.INFO, "fragmentation_ratio", round(ratio, 6)
             threshold = cfg.fragmentation_ratio

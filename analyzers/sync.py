@@ -8,6 +8,7 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, cover
+from msprof_py.trace.units import ms
 
 
 @dataclass
@@ -58,8 +59,8 @@ def analyze(frames: Frames, cfg: SyncConfig):
                 top = sync.sort_values("dur", ascending=False).head(cfg.evidence)
                 findings.append(Finding(
                     code="SYNC_STALL", severity=Severity.INFO, title="Host stalls in synchronize calls",
-                    message=(f"rank {rank} thread {tid}: {stalled / 1e6:.3f} ms ({stalled / span:.0%} of its span) "
-                             f"inside {len(sync)} synchronize calls, {idle_in_sync / 1e6:.3f} ms of it with no "
+                    message=(f"rank {rank} thread {tid}: {ms(stalled)} ({stalled / span:.0%} of its span) "
+                             f"inside {len(sync)} synchronize calls, {ms(idle_in_sync)} of it with no "
                              f"kernel running; the device idle they cause is reported as BUBBLE_SYNC"),
                     rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
                     value=round(stalled / span, 4), threshold=cfg.stall_ratio,
@@ -77,7 +78,7 @@ def analyze(frames: Frames, cfg: SyncConfig):
             code="MISSING_SYNC", severity=Severity.CRITICAL, title="Read before the producing task finished",
             message=(f"rank {rank}: {len(per_read)} task(s) on stream {r_stream} read {g['addr'].nunique()} "
                      f"buffer(s) while stream {w_stream} was still writing them (e.g. {first.r_name!r} started "
-                     f"reading {int(first.addr):#x} {(first.w_end - first.r_ts) / 1e3:.1f} us before "
+                     f"reading {int(first.addr):#x} {ms(first.w_end - first.r_ts)} before "
                      f"{first.w_name!r} finished writing it); no event orders stream {r_stream} after stream "
                      f"{w_stream}"),
             rank=int(rank), device=int(device), stream=int(r_stream), ts_ns=int(per_read["ts"].min()),

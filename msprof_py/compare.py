@@ -8,6 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from msprof_py.trace.units import mib, ms
+
 _METRICS = (
     # summary key, label, scale, higher is better, unit shown
     ("throughput_steps_per_s", "throughput (steps/s)", 1.0, True, ""),
@@ -86,7 +88,7 @@ def cost_text(cost: Any, unit: str) -> str:
     """A cost in its unit, as people read it: time in ms, memory in MiB; '-' without a unit."""
     if cost is None or not unit:
         return "-"
-    return f"{cost / 1e6:.3f} ms" if unit == "ns" else f"{cost / 2**20:.1f} MiB"
+    return ms(cost) if unit == "ns" else mib(cost)
 
 
 def render_diff(table: dict[str, Any], base: str, new: str) -> Group:

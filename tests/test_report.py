@@ -193,10 +193,17 @@ def test_summary_shares_add_up(emulated):
 def test_markdown_findings_show_cost_in_their_unit(emulated):
     _, rep = emulated
     md = report.to_markdown(rep)
+    # One unit per quantity (MiB for memory, ms for time), 3 significant digits.
+    def three_digits(text: str) -> bool:
+        return len(text.replace(",", "").replace(".", "").lstrip("0")) == 3
+
     leak = md[md.index("(MEMORY_LEAK)"):]
-    assert re.search(r"lost: \d+\.\d MiB", leak.split("###")[0])
+    m = re.search(r"lost: ([\d.,]+) MiB", leak.split("###")[0])
+    assert m and three_digits(m.group(1))
     first = md[md.index("### 1."):].split("###")[1]
-    assert re.search(r"lost: \d+\.\d{3} ms", first)
+    m = re.search(r"lost: ([\d.,]+) ms", first)
+    assert m and three_digits(m.group(1))
+    assert not re.search(r"\d (us|MB)\b", md)
 
 
 # --- report -o: the format from the file name -------------------------------------------------
