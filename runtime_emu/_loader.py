@@ -28,7 +28,7 @@ _PACKAGE = __name__.rpartition(".")[0]
 COMPILED = ("engine", "links", "device", "host", "recorder", "rows", "dispatch", "cuts", "api_streams", "api_events",
             "api_memory", "runtime")
 #: How much faster the compiled core runs a simulation (README, benchmarks/bench_emulator.py).
-SPEEDUP = 2.6
+SPEEDUP = 4
 #: Why the pure-Python modules run, as `choose()` decided; None while the compiled core is used.
 pure_reason: str | None = None
 

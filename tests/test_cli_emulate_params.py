@@ -200,7 +200,7 @@ def test_a_large_run_on_the_pure_core_prints_one_warning_line(tmp_path: Path, mo
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if "warning" in line]
     assert warnings == ["msprof-py: warning: ~1,240 trace events on the pure-Python emulator core (not built), "
-                        "about 2.6x slower than the compiled one; build it with `pip install -e .` (needs a C "
+                        "about 4x slower than the compiled one; build it with `pip install -e .` (needs a C "
                         "compiler and the Python headers)"]
     monkeypatch.setattr(runtime_emu, "COMPILED", True)
     result = emulate(tmp_path, "yolo-pipeline", "--steps", "2")
