@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -283,3 +284,15 @@ def test_a_pid_string_of_thousands_of_digits_is_a_name():
     # int() refuses more than 4300 digits: such a pid is a name, as any non-number is.
     trace = import_bytes(events(ev(pid="9" * 5000)))
     assert trace.table.column("pid")[0].as_py() < 0
+
+
+def test_an_ascend_process_label_with_a_huge_number_is_no_device():
+    # "Rank 99999999999999999999" was read as the device number and overflowed the int32 column.
+    procs = ['{"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"%s"}}' % (p, n)
+             for p, n in ((1, "Ascend Hardware"), (2, "Ascend Hardware"))]
+    labels = ['{"ph":"M","name":"process_labels","pid":%d,"tid":0,"args":{"labels":"%s"}}' % (p, n)
+              for p, n in ((1, "Rank 99999999999999999999"), (2, "NPU 3"))]
+    tasks = [ev(pid=p, tid=5, ts=10 + p, args={"Task Type": "AI_CORE"}) for p in (1, 2)]
+    trace = import_bytes(events(*procs, *labels, *tasks))
+    x = trace.table.filter(pc.equal(trace.table.column("ph"), "X"))
+    assert sorted(zip(x.column("pid").to_pylist(), x.column("device").to_pylist())) == [(1, 0), (2, 3)]

@@ -23,7 +23,8 @@ _HW = "Ascend Hardware"
 _CANN = "CANN"
 _COMM = re.compile(r"^(HCCL|Communication)\b", re.I)
 _OVERLAP = "Overlap Analysis"
-_DEVICE_NO = re.compile(r"(?:NPU|Device|Rank)\s*:?\s*(\d+)", re.I)
+#: A device number is at most 9 digits: the device column is int32 ("Rank 99999999999999999999" is no device).
+_DEVICE_NO = re.compile(r"(?:NPU|Device|Rank)\s*:?\s*(\d{1,9})(?!\d)", re.I | re.A)
 _MEMCPY_TASK = r"MEMCPY|Memcpy|SDMA"
 _MEMSET_TASK = r"MEMSET|MemSet|Memset"
 _WAIT_TASK = r"EVENT_WAIT|Notify[_ ]?Wait|NOTIFY_WAIT|StreamWait"
