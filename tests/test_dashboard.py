@@ -18,9 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import console_errors
-from typer.testing import CliRunner
-
 from plotly.offline import get_plotlyjs_version
+from typer.testing import CliRunner
 
 from dashboard.app import PLOTLY_BUNDLE, PLOTLY_ROUTE, create_app
 from dashboard.data import Store
