@@ -33,14 +33,9 @@ CI = settings(derandomize=True, database=None, deadline=None, print_blob=False,
               suppress_health_check=list(HealthCheck))
 
 
-#: msprof-py's own export is fuzzed by fuzz/fuzz_importers.py but left out of the CI sample
-#: until its import checks the damaged `msprof_py` blocks the fuzzer found.
-NOT_IN_CI = ("msprof-py-export",)
-
-
 @pytest.fixture(scope="module")
 def seeds(real_traces: Path) -> dict[str, bytes]:
-    return Seeds((k, v) for k, v in json_seeds(real_traces).items() if k not in NOT_IN_CI)
+    return Seeds(json_seeds(real_traces).items())
 
 
 def test_every_seed_imports_cleanly(real_traces):

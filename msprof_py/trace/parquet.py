@@ -22,6 +22,7 @@ from msprof_py.trace.schema import (
     TraceMeta,
     arrow_schema,
     canonical_dictionaries,
+    meta_from_dict,
     validate,
 )
 
@@ -168,27 +169,13 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
 
 
 #: TraceMeta's fields and the JSON types each may hold (bool is no int here).
-_META_TYPES: dict[str, tuple[type, ...]] = {
-    "origin_ns": (int,), "source_format": (str,), "producer": (str,), "world_size": (int, type(None)),
-    "schema_version": (int,), "source_meta": (dict,), "extra": (dict,),
-}
-
-
 def _meta_from(md: bytes, *, where: str) -> TraceMeta:
     """The file's TraceMeta, or a TraceFormatError when its JSON is damaged or mistyped."""
     try:
         data = json.loads(md)
     except ValueError:  # bad JSON or bad UTF-8
         raise TraceFormatError(f"{where}: msprof-py metadata is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise TraceFormatError(f"{where}: msprof-py metadata is not a JSON object")
-    for key, types in _META_TYPES.items():
-        if key in data and (not isinstance(data[key], types) or isinstance(data[key], bool)):
-            raise TraceFormatError(f"{where}: msprof-py metadata: {key!r} has the wrong type "
-                                   f"({type(data[key]).__name__})")
-    if not -(2**63) <= data.get("origin_ns", 0) < 2**63:
-        raise TraceFormatError(f"{where}: msprof-py metadata: 'origin_ns' is out of range (int64 nanoseconds)")
-    return TraceMeta(**{k: data[k] for k in TraceMeta.__dataclass_fields__ if k in data})
+    return meta_from_dict(data, where=where)
 
 
 def _check_subset(schema: pa.Schema, table: pa.Table | None, *, where: str) -> None:

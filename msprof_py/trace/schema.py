@@ -62,6 +62,25 @@ KINDS = (
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 
+#: The JSON types of TraceMeta's fields, as a file's metadata or an export's block holds them.
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "origin_ns": (int,), "source_format": (str,), "producer": (str,), "world_size": (int, type(None)),
+    "schema_version": (int,), "source_meta": (dict,), "extra": (dict,),
+}
+
+
+def meta_from_dict(data: Any, *, where: str, what: str = "msprof-py metadata") -> "TraceMeta":
+    """A TraceMeta from its JSON object, or a TraceFormatError naming the first mistyped field."""
+    if not isinstance(data, dict):
+        raise TraceFormatError(f"{where}: {what} is not a JSON object")
+    for key, types in META_TYPES.items():
+        if key in data and (not isinstance(data[key], types) or isinstance(data[key], bool)):
+            raise TraceFormatError(f"{where}: {what}: {key!r} has the wrong type ({type(data[key]).__name__})")
+    if not -(2**63) <= data.get("origin_ns", 0) < 2**63:
+        raise TraceFormatError(f"{where}: {what}: 'origin_ns' is out of range (int64 nanoseconds)")
+    return TraceMeta(**{k: data[k] for k in TraceMeta.__dataclass_fields__ if k in data})
+
+
 def arrow_schema(meta: "TraceMeta | None" = None) -> pa.Schema:
     """The Arrow schema of the table, with `meta` in the schema metadata when given."""
     fields = [pa.field(n, t, nullable=nullable) for n, t, nullable in COLUMNS]

@@ -18,7 +18,16 @@ from msprof_py.errors import MsprofError, TraceFormatError
 from msprof_py.trace import chrome, gz
 from msprof_py.trace.importers import ascend, common, kineto
 from msprof_py.trace.raw import RawEvents
-from msprof_py.trace.schema import COLUMN_NAMES, KINDS, TYPED_COLUMNS, Trace, TraceMeta, build_table
+from msprof_py.trace.schema import (
+    COLUMN_NAMES,
+    COLUMNS,
+    KINDS,
+    TYPED_COLUMNS,
+    Trace,
+    TraceMeta,
+    build_table,
+    meta_from_dict,
+)
 
 #: Top-level key under which an msprof-py export carries its metadata and typed columns.
 EXPORT_KEY = "msprof_py"
@@ -184,23 +193,34 @@ def _from_export(raw: RawEvents, where: str, analysis_only: bool = False) -> Tra
     if missing:
         raise TraceFormatError(f"{where}: '{EXPORT_KEY}' block lacks typed column(s) {', '.join(missing)}")
     n = len(raw)
-    for col in TYPED_COLUMNS:
-        if len(typed_cols[col]) != n:
-            raise TraceFormatError(f"{where}: typed column {col!r} has {len(typed_cols[col])} values for {n} events")
-    bad = set(typed_cols["kind"]) - set(KINDS)
+    typed = {col: _typed_column(typed_cols[col], col, n, where) for col in TYPED_COLUMNS}
+    bad = set(typed["kind"].to_pylist()) - set(KINDS)
     if bad:
-        raise TraceFormatError(f"{where}: unknown kind(s) {sorted(bad)}")
-    try:
-        meta = TraceMeta(**{k: v for k, v in block.items() if k in TraceMeta.__dataclass_fields__})
-    except TypeError as exc:
-        raise TraceFormatError(f"{where}: malformed '{EXPORT_KEY}' metadata: {exc}") from None
+        raise TraceFormatError(f"{where}: unknown kind(s) {sorted(bad, key=str)}")
+    block.pop("source_meta", None)  # the export's own top-level keys are the source's metadata
+    meta = meta_from_dict({k: v for k, v in block.items() if k in TraceMeta.__dataclass_fields__}, where=where,
+                          what=f"'{EXPORT_KEY}' metadata")
     meta.source_meta = raw.top
     # Event ts in an export are relative to the origin already.
     cols = raw_columns(raw, 0, analysis_only)
     raw.release()
-    for col in TYPED_COLUMNS:
-        cols[col] = typed_cols[col]
+    cols.update(typed)
     return build_table(cols, meta)
+
+
+def _typed_column(values: Any, col: str, n: int, where: str) -> pa.Array:
+    """One typed column of an export's block as Arrow, or a TraceFormatError saying what is wrong."""
+    if not isinstance(values, list):
+        raise TraceFormatError(f"{where}: typed column {col!r} is not a list")
+    if len(values) != n:
+        raise TraceFormatError(f"{where}: typed column {col!r} has {len(values)} values for {n} events")
+    typ = next(t for name, t, _ in COLUMNS if name == col)
+    try:
+        return pa.array(values, type=pa.string() if pa.types.is_dictionary(typ) else typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise TraceFormatError(f"{where}: typed column {col!r} holds a value of the wrong type or out of range "
+                               f"({reason})") from None
 
 
 __all__ = ["import_trace", "import_bytes", "read_bytes", "detect", "from_raw", "EXPORT_KEY", "COLUMN_NAMES"]
