@@ -16,6 +16,7 @@ communication_matrix.json come from `msprof_py.communication`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,12 @@ class Rows:
         task_type = _extract(args, r'"Task Type":\s*"(?P<v>[^"]*)"')
         tasks["task_type"] = np.where(pd.isna(task_type), tasks["kind"].map(_DEFAULT_TASK_TYPE).fillna(NA), task_type)
         tasks["block_dim"] = _extract(args, r'"Block Dim":\s*(?P<v>\d+)')
+        # msprof's OP Type (the operator, e.g. Conv2D, of the instance Conv2D12) where the producer
+        # recorded it (the emulator does; a torch_npu timeline does not): else the op's own name.
+        op_type = _extract(args, r'"OP Type":\s*"(?P<v>(?:[^"\\]|\\.)*)"')
+        op_type = np.array([None if v is None or pd.isna(v) else (json.loads(f'"{v}"') if "\\" in v else v)
+                            for v in op_type], dtype=object)
+        tasks["op_type"] = np.where(pd.isna(op_type), tasks["name"].to_numpy(dtype=object), op_type)
         tasks = tasks.sort_values(["rank", "device", "stream", "ts"], kind="stable")
         # msprof's Task Wait Time: from the end of the stream's previous task to this start.
         prev_end = tasks.groupby(["rank", "device", "stream"], sort=False)["end"].transform(
@@ -157,7 +164,7 @@ def op_summary(rows: Rows) -> pd.DataFrame:
         "Device_id": ops["device"].to_numpy(), "Model ID": [NA] * n,
         "Task ID": np.where(hccl, NA, np.asarray(_int_or_na(ops["corr"]), dtype=object)),
         "Stream ID": np.where(hccl, NA, np.asarray(_int_or_na(ops["stream"]), dtype=object)),
-        "Op Name": ops["name"].to_numpy(), "OP Type": ops["name"].to_numpy(), "OP State": [NA] * n,
+        "Op Name": ops["name"].to_numpy(), "OP Type": ops["op_type"].to_numpy(), "OP State": [NA] * n,
         "Task Type": ops["task_type"].to_numpy(), "Task Start Time(us)": rows.us(ops["ts"]),
         "Task Duration(us)": us_text(ops["dur"]), "Task Wait Time(us)": us_text(ops["wait"]),
         "Block Dim": [NA if v is None or pd.isna(v) else int(v) for v in ops["block_dim"]], "Mix Block Dim": [0] * n,
@@ -166,18 +173,18 @@ def op_summary(rows: Rows) -> pd.DataFrame:
 
 
 def op_statistic(rows: Rows) -> pd.DataFrame:
-    """Kernels grouped by (device, op type, core type): count, total / min / avg / max time, and
+    """Kernels grouped by (device, op type, core type), as msprof groups them: count, total / min / avg / max time, and
     each group's share of the device's kernel time."""
     k = rows.tasks[rows.tasks["kind"] == "kernel"]
     if not len(k):
         return _frame("op_statistic", {})
-    g = k.groupby(["device", "name", "task_type"], sort=False)["dur"].agg(["count", "sum", "min", "mean", "max"])
+    g = k.groupby(["device", "op_type", "task_type"], sort=False)["dur"].agg(["count", "sum", "min", "mean", "max"])
     g = g.reset_index()
     device_total = g.groupby("device")["sum"].transform("sum")
     g["ratio"] = np.round(g["sum"] / device_total * 100, 3)
     g = g.sort_values(["device", "sum"], ascending=[True, False], kind="stable")
     return _frame("op_statistic", {
-        "Device_id": g["device"].to_numpy(), "OP Type": g["name"].to_numpy(), "Core Type": g["task_type"].to_numpy(),
+        "Device_id": g["device"].to_numpy(), "OP Type": g["op_type"].to_numpy(), "Core Type": g["task_type"].to_numpy(),
         "Count": g["count"].to_numpy(), "Total Time(us)": us_text(g["sum"]), "Min Time(us)": us_text(g["min"]),
         "Avg Time(us)": np.round(g["mean"].to_numpy() / 1000, 3), "Max Time(us)": us_text(g["max"]),
         "Ratio(%)": g["ratio"].to_numpy(),

@@ -38,6 +38,7 @@ class Kernel:
     block_ns: int
     core: str = "cube"  # "cube" (AI Core) or "vector"
     task_type: str = ""  # msprof "Task Type"; defaults from `core`
+    op_type: str = ""  # msprof "OP Type" (the operator, e.g. Conv2D, of instance Conv2D12); defaults to `name`
 
     def __post_init__(self) -> None:
         if self.core not in ("cube", "vector"):

@@ -88,8 +88,8 @@ class Recorder:
     strings replaced by codes from `code()`; each buffer becomes a column block without a copy."""
 
     switches: Switches = field(default_factory=Switches)
-    #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind,
-    #: event_id, step
+    #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind
+    #: (a kernel's op type), event_id, step
     tasks: bytearray = field(default_factory=bytearray)
     #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks, blocked (code of why
     #: the call held its thread past its own overhead), blocked_ns, src, dst (a copy's addresses)

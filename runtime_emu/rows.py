@@ -218,7 +218,8 @@ class Rows:
             type_code = strings[k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")]
             start = task.start_ns
             rec.tasks += TASK_ROW(dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
-                                  type_code, task.corr, task.blocks, task.waves, NULL, NULL, NULL,
+                                  type_code, task.corr, task.blocks, task.waves, NULL, strings[k.op_type or task.name],
+                                  NULL,
                                   NULL if task.step is None else task.step)
             return
         if kind is MEMCPY:

@@ -6,6 +6,7 @@ numpy calls per chunk, whoever runs them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,8 @@ _EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
 #: only (an if_else over the kinds would format every row once per kind).
 _TASK_PROJECTIONS = {
     kind: _projection({**_TASK_COLUMNS, "args": args}) for kind, args in (
-        (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)), "}")),
+        (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)),
+                        ',"OP Type":"', pc.field("op_type"), '"}')),
         (K_MEMCPY, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"', pc.field("copy_kind"),
                         '"}')),
         (K_MEMSET, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), "}")),
@@ -169,10 +171,17 @@ def _source(g: np.ndarray, inputs: dict[str, pa.Array] | None = None) -> acero.D
     return acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.table(cols)))
 
 
+def _json_quoted(strings: pa.Array) -> pa.Array:
+    """Each string as it stands between the quotes of a JSON string."""
+    return pa.array([json.dumps(s, ensure_ascii=False)[1:-1] for s in strings.to_pylist()], pa.string())
+
+
 def _task_inputs(g: np.ndarray, strings: pa.Array) -> dict[str, pa.Array]:
     """The string fields a task row's args quote, decoded."""
-    return {"task_type": strings.take(pa.array(g[:, 8])),
-            "copy_kind": strings.take(pa.array(np.maximum(g[:, 13], 0)))}
+    text13 = pa.array(np.maximum(g[:, 13], 0))
+    return {"task_type": strings.take(pa.array(g[:, 8])), "copy_kind": strings.take(text13),
+            # a kernel's op type may be any name a program gave it: quoted for JSON (per distinct string)
+            "op_type": _json_quoted(strings).take(text13)}
 
 
 def _branches(buffers: dict[str, np.ndarray | None], strings: pa.Array,

@@ -109,7 +109,7 @@ def test_numpy_integers_are_accepted_where_ints_are():
     table = rt.finish().trace.table.to_pandas()
     kernel = table[table.kind == "kernel"].iloc[0]
     assert (kernel["name"], kernel["dur"], kernel["args"]) == (
-        "MatMul", 2_000, '{"Task Type":"AI_CORE","Stream Id":1,"Task Id":1,"Block Dim":40,"Waves":2}')
+        "MatMul", 2_000, '{"Task Type":"AI_CORE","Stream Id":1,"Task Id":1,"Block Dim":40,"Waves":2,"OP Type":"MatMul"}')
 
 
 @pytest.mark.parametrize("call, message", [

@@ -234,3 +234,41 @@ def test_summaries_are_deterministic() -> None:
     for name in HEADERS:
         assert a[name].equals(b[name]), name
     assert a["communication"] == b["communication"]
+
+
+# ---------------------------------------------------------------------- op_statistic by op type
+def test_op_statistic_groups_the_instances_of_an_operator():
+    # YOLOv5s has 60 convolutions per forward pass (57 in backbone and neck, 3 in the Detect
+    # head), named Conv2D0 .. Conv2D88 by their place in the graph: msprof's op_statistic shows
+    # them as one Conv2D row, 60 per image.
+    steps = 3
+    trace = scenarios.run("yolo-pipeline", steps=steps).trace
+    stat = summaries(trace)["op_statistic"]
+    conv = stat[stat["OP Type"] == "Conv2D"]
+    assert conv[["Device_id", "Core Type", "Count"]].to_dict("records") == [
+        {"Device_id": 0, "Core Type": "AI_CORE", "Count": 60 * steps}]
+    # Op types that end in digits stay whole (the index is not stripped off the name).
+    assert {"MaxPoolV3", "ResizeNearestNeighborV2", "ConcatD"} <= set(stat["OP Type"])
+    assert not any(t.startswith("Conv2D") and t != "Conv2D" for t in stat["OP Type"])
+    summary = summaries(trace)["op_summary"]
+    assert set(summary.loc[summary["Op Name"].str.startswith("Conv2D"), "OP Type"]) == {"Conv2D"}
+
+
+def test_an_op_type_with_quotes_is_recorded_as_json_and_read_back():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime_emu.device import Kernel
+    from runtime_emu.runtime import Runtime
+
+    rt = Runtime()
+    rt.set_device(0)
+    s = rt.create_stream()
+    rt.launch_kernel(Kernel('my"op\\1', 5_000, op_type='My"Op\\'), 1, s)
+    rt.launch_kernel(Kernel("plain7", 5_000), 1, s)  # no op type given: the name stands for it
+    rt.synchronize_device()
+    trace = rt.finish().trace
+    kernels = trace.table.filter(pc.equal(trace.table["kind"].cast(pa.string()), "kernel"))
+    assert [json.loads(a)["OP Type"] for a in kernels["args"].to_pylist()] == ['My"Op\\', "plain7"]
+    stat = summaries(trace)["op_statistic"]
+    assert sorted(stat["OP Type"]) == ['My"Op\\', "plain7"]

@@ -151,7 +151,7 @@ class Injector:
         corrs = []
         for aten, op_type in ops:
             rt.host_work(aten, jittered(rt, DISPATCH_NS, 0.2))
-            kernel = Kernel(self._name(op_type), rt.rng.randint(*TINY_OP_NS), core="vector")
+            kernel = Kernel(self._name(op_type), rt.rng.randint(*TINY_OP_NS), core="vector", op_type=op_type)
             corrs.append(rt.launch_kernel(kernel, rt.rng.choice((1, 2, 4, 8)), stream))
 
         def resolve(tasks: TaskIndex) -> dict[str, Any]:
@@ -191,8 +191,8 @@ class Injector:
         for k in range(tasks):
             t0 = rt.now()
             # One IsFinite and one ReduceAll per tensor, as an overflow-check hook launches them.
-            kernel = Kernel(self._name("ReduceAll" if k % 2 else "IsFinite"), rt.rng.randint(*FLOOD_KERNEL_NS),
-                            core="vector")
+            op = "ReduceAll" if k % 2 else "IsFinite"
+            kernel = Kernel(self._name(op), rt.rng.randint(*FLOOD_KERNEL_NS), core="vector", op_type=op)
             rt.launch_kernel(kernel, 1, stream)
             t1 = rt.now()
             if t1 - t0 > overhead:

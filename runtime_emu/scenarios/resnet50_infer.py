@@ -72,6 +72,7 @@ class _Server:
         scale = batch * IMAGE_NS / sum(cost for _, _, cost in ops)
         # torch_npu-style names (op type + graph index): TransData0, the model, then TopKV2.
         self.ops = [(f"{op}{i}", core, cost * scale) for i, (op, core, cost) in enumerate(ops, start=1)]
+        self.op_types = {f"{op}{i}": op for i, (op, _, _) in enumerate(ops, start=1)}  # msprof's OP Type
         self.topk_name = f"TopKV2{len(ops) + 1}"
         self.in_bytes, self.top_bytes = batch * IMAGE_BYTES, batch * TOPK_BYTES
         self.weights = rt.malloc(WEIGHT_BYTES)
@@ -97,7 +98,7 @@ class _Server:
         if self.serial:
             rt.synchronize_stream(self.io)
             self.copies.append(h2d)
-        transdata = launch_op(rt, self.io, "TransData0", self.batch * TRANSDATA_NS_PER_IMAGE, "vector",
+        transdata = launch_op(rt, self.io, "TransData0", self.batch * TRANSDATA_NS_PER_IMAGE, "vector", op_type="TransData",
                               reads=(self.dev_in[b],), writes=(self.dev_5hd[b],))
         if self.serial:
             self.inj.report_serial_bubble(self.io, self.last_kernel, transdata, self.copies,
@@ -120,7 +121,7 @@ class _Server:
                 # the logits comes after it, so nothing orders TopKV2 after MatMulV2.
                 rt.record_event(self.ev_out[b], self.comp)
             reads, writes = access.get(k, ((), ()))
-            corr = launch_op(rt, self.comp, name, ns, core, reads=reads, writes=writes)
+            corr = launch_op(rt, self.comp, name, ns, core, op_type=self.op_types[name], reads=reads, writes=writes)
             if k == head + 1:
                 self.matmul[i] = corr
         if not self.serial and not self.cfg.on("missing-sync"):
@@ -134,7 +135,7 @@ class _Server:
         if not self.serial:
             rt.stream_wait_event(self.io, self.ev_out[b])
         # Top-5 of the logits (softmax keeps their order), a few blocks: it shares the Vector cores.
-        topk = launch_op(rt, self.io, self.topk_name, self.batch * TOPK_NS_PER_IMAGE, "vector", blocks=self.batch,
+        topk = launch_op(rt, self.io, self.topk_name, self.batch * TOPK_NS_PER_IMAGE, "vector", op_type="TopKV2", blocks=self.batch,
                          reads=(self.logits[b],), writes=(self.dev_top[b],))
         self.last_kernel = topk
         if self.cfg.on("missing-sync"):

@@ -230,22 +230,24 @@ class Scenario:
 
 # ---------------------------------------------------------------------- kernels
 def op_kernel(rt: "Runtime", name: str, total_ns: float, core: str = "cube", blocks: int | None = None,
-              jitter: float = 0.03) -> tuple[Kernel, int]:
+              jitter: float = 0.03, *, op_type: str = "") -> tuple[Kernel, int]:
     """A kernel that takes about `total_ns` on an idle device with `blocks` blocks (default: one
-    wave on every core of its type), with seeded run-to-run jitter of +-`jitter` (DEFAULT 3%)."""
+    wave on every core of its type), with seeded run-to-run jitter of +-`jitter` (DEFAULT 3%).
+    `name` is the instance (op type + graph index, as torch_npu names kernels, e.g. MatMulV212),
+    `op_type` the operator (MatMulV2), which the trace records as msprof's "OP Type"."""
     cores = rt.preset.cube_cores if core == "cube" else rt.preset.vector_cores
     blocks = blocks or cores
     waves = -(-blocks // cores)
     ns = total_ns * (1.0 + jitter * (2.0 * rt.rng.random() - 1.0))
-    return Kernel(name, max(1, round(ns / waves)), core), blocks
+    return Kernel(name, max(1, round(ns / waves)), core, op_type=op_type), blocks
 
 
 def launch_op(rt: "Runtime", stream: Stream, name: str, total_ns: float, core: str = "cube",
-              blocks: int | None = None, jitter: float = 0.03, *, reads: tuple[int, ...] = (),
+              blocks: int | None = None, jitter: float = 0.03, *, op_type: str = "", reads: tuple[int, ...] = (),
               writes: tuple[int, ...] = ()) -> int:
     """Launch one operator's kernel on `stream` (reading / writing the given device buffers, which
     the trace records as mem_read / mem_write rows); returns its correlation id."""
-    kernel, blocks = op_kernel(rt, name, total_ns, core, blocks, jitter)
+    kernel, blocks = op_kernel(rt, name, total_ns, core, blocks, jitter, op_type=op_type)
     return rt.launch_kernel(kernel, blocks, stream, reads=reads, writes=writes)
 
 

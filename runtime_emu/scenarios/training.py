@@ -128,8 +128,10 @@ class _Rank:
                _phase(model.embed_bwd, 2 * e)]
         index = 0
         self.phases: list[list[tuple[str, str, float]]] = []
+        self.op_types: dict[str, str] = {}  # instance name -> msprof's OP Type
         for ops in seq:
             self.phases.append([(f"{op}{index + k}", core, ns) for k, (op, core, ns) in enumerate(ops)])
+            self.op_types.update((f"{op}{index + k}", op) for k, (op, _, _) in enumerate(ops))
             index += len(ops)
         self.opt_index = index  # one ApplyAdamW per bucket follows the backward
         world = rt.world_size
@@ -205,7 +207,8 @@ class _Rank:
         rt.stream_wait_event(comp, self.ev_reduced)
         opt_elems = self.shard if self.zero else self.elems
         for b, n in enumerate(opt_elems):
-            self.launch(f"ApplyAdamW{self.opt_index + b}", n * OPT_BYTES_PER_PARAM / rt.preset.hbm_gbps, "vector")
+            self.launch(f"ApplyAdamW{self.opt_index + b}", n * OPT_BYTES_PER_PARAM / rt.preset.hbm_gbps, "vector",
+                        op_type="ApplyAdamW")
         if self.zero:
             rt.record_event(self.ev_updated, comp)
             rt.stream_wait_event(self.comm_s, self.ev_updated)
@@ -235,7 +238,8 @@ class _Rank:
         for name, core, ns in ops:
             self.launch(name, ns, core)
 
-    def launch(self, name: str, ns: float, core: str) -> None:
-        corr = launch_op(self.rt, self.comp, name, ns * self.factor, core, jitter=KERNEL_JITTER)
+    def launch(self, name: str, ns: float, core: str, op_type: str = "") -> None:
+        corr = launch_op(self.rt, self.comp, name, ns * self.factor, core, jitter=KERNEL_JITTER,
+                         op_type=op_type or self.op_types[name])
         if self.factor != 1.0:
             self.problems.slowed(corr)

@@ -88,6 +88,7 @@ class _Pipeline:
         ops = model_ops()
         scale = MODEL_NS / sum(cost for _, _, cost in ops)
         self.ops = [(f"{op}{i}", core, cost * scale) for i, (op, core, cost) in enumerate(ops)]
+        self.op_types = {f"{op}{i}": op for i, (op, _, _) in enumerate(ops)}  # msprof's OP Type
         self.concat_name = f"ConcatD{len(ops)}"  # torch_npu-style: op type + graph index
         self.weights = rt.malloc(WEIGHT_BYTES)
         self.host_in = [rt.malloc_host(IN_BYTES) for _ in range(slots)]
@@ -131,7 +132,7 @@ class _Pipeline:
             if not self.cfg.on("missing-sync"):  # with it, ev_out was recorded inside model()
                 rt.record_event(self.ev_out[b], self.s_comp)
             rt.stream_wait_event(self.s_out, self.ev_out[b])
-        concat = self.last_kernel = launch_op(rt, self.s_out, self.concat_name, CONCAT_NS, "vector", CONCAT_BLOCKS,
+        concat = self.last_kernel = launch_op(rt, self.s_out, self.concat_name, CONCAT_NS, "vector", CONCAT_BLOCKS, op_type="ConcatD",
                                               reads=self.heads[b], writes=(pred,))
         if self.cfg.on("missing-sync"):
             inj.report_missing_sync(self.last_sigmoid, concat, self.s_out, buffer=f"detect head P5[{b}]")
@@ -168,7 +169,8 @@ class _Pipeline:
                     # The bug: the event is recorded after the head convolutions but before the
                     # in-place Sigmoids, so nothing orders ConcatD after them.
                     rt.record_event(self.ev_out[b], self.s_comp)
-            corrs.append(launch_op(rt, self.s_comp, name, ns, core, blocks, reads=reads, writes=writes))
+            corrs.append(launch_op(rt, self.s_comp, name, ns, core, blocks, op_type=self.op_types[name], reads=reads,
+                                   writes=writes))
         self.last_sigmoid = corrs[-1]
         return corrs
 
