@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from msprof_py.errors import MsprofError, TraceFormatError
-from msprof_py.trace import Trace, import_trace, read_trace
+from msprof_py.trace.parquet import read_trace
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from msprof_py.trace.schema import Trace
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -54,6 +56,8 @@ def load_any(path: str | Path, *, lenient: bool = False, progress: ProgressCallb
             # A column is missing: the whole-table read's validation names every missing one.
             read_trace(path)
             raise
+    from msprof_py.trace.importers import import_trace  # JSON only: a table read never loads the importers
+
     trace = import_trace(path, lenient=lenient, progress=progress, analysis_only=analysis_only)
     skipped = skipped_events(trace)
     if skipped and len(trace) == 0:

@@ -36,10 +36,10 @@ import numpy as np
 import pyarrow as pa
 
 from msprof_py.errors import MsprofError
-from msprof_py.trace import Trace, export_chrome, read_trace, write_trace
 from msprof_py.trace.atomic import atomic_file, file_mode
 from msprof_py.trace.ground_truth import write_ground_truth
-from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, canonical_dictionaries
+from msprof_py.trace.parquet import read_trace, write_trace
+from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, Trace, canonical_dictionaries
 
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([A-Z]{16})$")
 EXPORT_DIR = "mindstudio_profiler_output"
@@ -163,6 +163,7 @@ def write_exports(prof: str | Path, trace: Trace, *, stamp: str | None = None) -
     exports or the new ones, never a mix.
     """
     from msprof_py.summaries import CSV_SUMMARIES, summaries  # pandas: only where summaries are written
+    from msprof_py.trace.export import export_chrome  # and the exporter
 
     prof = Path(prof)
     stamp = stamp or export_stamp()
