@@ -9,6 +9,7 @@ from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dashboard.data import Entry, Store
+from msprof_py.compare import cost_text
 
 
 def error_panel(message: str) -> html.Div:
@@ -118,12 +119,8 @@ def fmt_bytes(n: float | None) -> str:
 
 
 def fmt_cost(finding: dict[str, Any]) -> str:
-    unit = finding.get("cost_unit")
-    if unit == "ns":
-        return fmt_ns(finding.get("cost"))
-    if unit == "bytes":
-        return fmt_bytes(finding.get("cost"))
-    return "-"
+    """A finding's cost as the reports and its own message give it: ms for time, MiB for memory."""
+    return cost_text(finding.get("cost"), finding.get("cost_unit") or "")
 
 
 def where(f: dict[str, Any]) -> str:
