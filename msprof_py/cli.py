@@ -676,6 +676,12 @@ def _load(trace_path: Path, lenient: bool, progress: bool | None, *, analysis_on
                                 columns=columns)
 
 
+# `sql` lives in its own module (DuckDB views over the trace's Parquet files).
+from msprof_py.cli_sql import register as _register_sql  # noqa: E402
+
+_register_sql(app)
+
+
 def main() -> None:
     """Console-script entry point (`msprof-py`)."""
     app(prog_name=PROG)
