@@ -34,31 +34,48 @@ def analyze(frames: Frames, cfg: LinkConfig):
     under `slow_ratio` x nominal although it was busy for `min_busy_ns` is slow; the time
     lost is its busy time times (1 - best / nominal).
     """
+    return reduce([summarize(frames)], cfg)
+
+
+_NO_COUNTERS = "no link bandwidth counters in the trace (record with --sys-hardware-mem=on)"
+
+
+def summarize(frames: Frames) -> dict:
+    """Per link counter of some ranks (one partition or the whole trace): its best rate, busy time,
+    nominal bandwidth and first and last sample, as (counter name, row) pairs in name order, and
+    whether the ranks had link counters at all. `reduce` groups the slow links of all partitions."""
     c = frames.counters
-    if c.empty:
-        raise Skipped("no link bandwidth counters in the trace (record with --sys-hardware-mem=on)")
-    names = c["name"].astype(str)
-    rows = c[names.str.endswith(" GB/s")]
+    rows = c[c["name"].astype(str).str.endswith(" GB/s")] if not c.empty else c
     if rows.empty:
-        raise Skipped("no link bandwidth counters in the trace (record with --sys-hardware-mem=on)")
+        return {"counters": False, "links": []}
+    names = rows["name"].astype(str)
     extra = frames.trace.meta.extra
     topo, preset = extra.get("topology") or {}, extra.get("preset") or {}
     nominal = {"hccs": topo.get("hccs_gbps"), "roce_tx": topo.get("roce_gbps"), "roce_rx": topo.get("roce_gbps"),
                "pcie_h2d": preset.get("pcie_gbps"), "pcie_d2h": preset.get("pcie_gbps"), "hbm": preset.get("hbm_gbps")}
-    metrics, slow = [], []
-    for name, g in rows.groupby(names[rows.index], sort=True):
+    links = []
+    for name, g in rows.groupby(names, sort=True):
         m = _LINK.match(name)
         if not m or not nominal.get(m["type"]):
             continue
         g = g.sort_values("ts", kind="stable")
         ts, val = g["ts"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
         busy = float(((np.diff(ts)) * (val[:-1] > 0)).sum()) if len(ts) > 1 else 0.0
-        best = float(val.max())
-        nom = float(nominal[m["type"]])
-        metrics.append({"link": name[:-5], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy)})
+        links.append((name, {"link": name[:-5], "rank": int(m["rank"]), "best": float(val.max()),
+                             "nominal": float(nominal[m["type"]]), "busy": busy, "t0": int(ts[0]), "t1": int(ts[-1])}))
+    return {"counters": True, "links": links}
+
+
+def reduce(summaries: list[dict], cfg: LinkConfig):
+    """The slow-link findings and metrics from the `summarize` outputs of all partitions."""
+    if not any(s["counters"] for s in summaries):
+        raise Skipped(_NO_COUNTERS)
+    metrics, slow = [], []
+    for _name, link in sorted((x for s in summaries for x in s["links"]), key=lambda x: x[0]):
+        best, nom, busy = link["best"], link["nominal"], link["busy"]
+        metrics.append({"link": link["link"], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy)})
         if busy >= cfg.min_busy_ns and best < cfg.slow_ratio * nom:
-            slow.append({"link": name[:-5], "rank": int(m["rank"]), "best": best, "nominal": nom, "busy": busy,
-                         "t0": int(ts[0]), "t1": int(ts[-1])})
+            slow.append(link)
     # Links capped at the same rate are one fault seen from both ends (a flow crossing a slow link
     # runs at its rate on every other link of its path): report them together as suspects.
     findings = []

@@ -59,14 +59,45 @@ def analyze(frames: Frames, cfg: RankConfig):
     spread = (max - min) / mean of per-rank compute, communication (collectives with their
     waits) and free time, is kept as a supporting metric.
     """
+    return reduce([summarize(frames)], cfg)
+
+
+def summarize(frames: Frames) -> dict:
+    """What the slow-rank analysis needs of some ranks (one partition or the whole trace): their
+    collective arrival table (`collective_parts`: one row per collective op), and per rank its
+    device, compute / communication / wait / busy time and first and last device moment. Small
+    next to the trace: `reduce` over the summaries of all partitions gives the findings."""
     ops = frames.device_ops
-    ranks = sorted(int(r) for r in ops["rank"].unique())
+    parts = collective_parts(frames)
+    rows = []
+    for rank in sorted(int(r) for r in ops["rank"].unique()):
+        g = ops[ops["rank"] == rank]
+        comp = g[g["kind"].astype(str) != "collective"]
+        p = parts[parts["rank"] == rank]
+        busy_ts = np.concatenate([g["ts"].to_numpy(), p["arrival_ns"].to_numpy()])
+        busy_end = np.concatenate([g["end"].to_numpy(), p["end"].to_numpy()])
+        rows.append({"rank": int(rank), "device": int(g["device"].iloc[0]) if len(g) else None,
+                     "compute_ns": union_ns(comp["ts"].to_numpy(), comp["end"].to_numpy()),
+                     "communication_ns": union_ns(p["arrival_ns"].to_numpy(), p["end"].to_numpy()),
+                     "wait_ns": int(p["wait_ns"].sum()), "busy_ns": union_ns(busy_ts, busy_end),
+                     "t0": int(g["ts"].min()), "t1": int(g["end"].max())})
+    return {"parts": parts, "ranks": rows}
+
+
+def reduce(summaries: list[dict], cfg: RankConfig):
+    """The slow-rank findings and metrics from the `summarize` outputs of all partitions (in rank
+    order): the collectives are matched across the partitions' arrival tables."""
+    per_rank = sorted((r for s in summaries for r in s["ranks"]), key=lambda r: r["rank"])
+    ranks = [r["rank"] for r in per_rank]
     if len(ranks) < 2:
         raise Skipped("fewer than two ranks in the trace")
-    t0, t1 = int(ops["ts"].min()), int(ops["end"].max())
+    t0, t1 = min(r["t0"] for r in per_rank), max(r["t1"] for r in per_rank)
     span = max(t1 - t0, 1)
-    parts = collective_parts(frames)
-    rows = _spreads(ops, parts, ranks, span)
+    tables = [s["parts"] for s in summaries if len(s["parts"])]
+    parts = (pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0] if tables
+             else summaries[0]["parts"])
+    parts = parts.sort_values(["rank", "stream", "ts"], kind="stable").reset_index(drop=True)
+    rows = _spreads(per_rank, span)
     metrics: dict = {"ranks": rows}
     inst = match_collectives(parts)
     metrics["collectives_matched"] = int(inst["instance"].nunique()) if not inst.empty else 0
@@ -195,21 +226,12 @@ def _per_collective(inst: pd.DataFrame, cfg: RankConfig) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _spreads(ops: pd.DataFrame, parts: pd.DataFrame, ranks: list[int], span: int) -> list[dict]:
+def _spreads(per_rank: list[dict], span: int) -> list[dict]:
     """Per rank: compute, communication (collectives with their waits), wait and free time, and
     msprof-analyze's spread of each across ranks."""
-    rows = []
-    for rank in ranks:
-        g = ops[ops["rank"] == rank]
-        comp = g[g["kind"].astype(str) != "collective"]
-        p = parts[parts["rank"] == rank]
-        busy_ts = np.concatenate([g["ts"].to_numpy(), p["arrival_ns"].to_numpy()])
-        busy_end = np.concatenate([g["end"].to_numpy(), p["end"].to_numpy()])
-        rows.append({"rank": int(rank), "device": int(g["device"].iloc[0]) if len(g) else None,
-                     "compute_ns": union_ns(comp["ts"].to_numpy(), comp["end"].to_numpy()),
-                     "communication_ns": union_ns(p["arrival_ns"].to_numpy(), p["end"].to_numpy()),
-                     "wait_ns": int(p["wait_ns"].sum()),
-                     "free_ns": span - union_ns(busy_ts, busy_end)})
+    rows = [{"rank": r["rank"], "device": r["device"], "compute_ns": r["compute_ns"],
+             "communication_ns": r["communication_ns"], "wait_ns": r["wait_ns"], "free_ns": span - r["busy_ns"]}
+            for r in per_rank]
     for metric in ("compute_ns", "communication_ns", "free_ns"):
         vals = np.array([r[metric] for r in rows], dtype=np.float64)
         mean = vals.mean()

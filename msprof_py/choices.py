@@ -40,6 +40,15 @@ class FailOn(str, Enum):
     critical = "critical"
 
 
+class Engine(str, Enum):
+    """Where `analyze` / `report` run the analyzers over the rank partitions."""
+
+    #: In this process, one rank partition at a time.
+    local = "local"
+    #: One task per rank partition on a Dask cluster (the dask extra).
+    dask = "dask"
+
 
 #: What a value of each enum is, for the one-line error naming a value that is none of them.
-NOUNS: dict[type[Enum], str] = {Window: "analysis window", ReportFormat: "report format", FailOn: "--fail-on severity"}
+NOUNS: dict[type[Enum], str] = {Window: "analysis window", ReportFormat: "report format", FailOn: "--fail-on severity",
+                               Engine: "analysis engine"}

@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from msprof_py import __version__
-from msprof_py.choices import FailOn, OnOff, ReportFormat, Window
+from msprof_py.choices import Engine, FailOn, OnOff, ReportFormat, Window
 from msprof_py.errors import MsprofError
 
 if TYPE_CHECKING:
@@ -366,14 +366,31 @@ def analyze(
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
+    engine: Annotated[Engine, typer.Option(
+        "--engine", help="local: analyze the rank partitions one at a time in this process; dask: one task per "
+                         "rank partition on a Dask cluster (pip install 'msprof-py[dask]').")] = Engine.local,
+    scheduler: Annotated[Optional[str], typer.Option(
+        "--scheduler", metavar="ADDRESS", show_default=False,
+        help="With --engine dask: the scheduler to use (tcp://HOST:PORT); default: a local cluster started "
+             "for this run.")] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, show_default=False,
+        help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; "
+             "default: one per core, at most one per rank).")] = None,
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
-    from msprof_py import report
+    from msprof_py import loading, report
     from msprof_py.compare import render_findings
 
     _check_analyzers(analyzer)
-    trace = _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=window.value, timelines=0)
+    # A rank-partitioned table or PROF directory is read partition by partition by the engine; any
+    # other input is loaded whole and split by rank.
+    parts = report.rank_partitions(trace_path)
+    if parts is None:
+        parts = report.split_by_rank(_load(trace_path, lenient, progress, analysis_only=True))
+    result = report.analyze(parts, analyzer, window=window.value, engine=engine.value, scheduler=scheduler,
+                            workers=workers, progress=progress, input_bytes=loading.input_bytes(trace_path))
+    rep = report.findings_report(result)
     if as_json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
     else:
@@ -397,6 +414,17 @@ def report_cmd(
     window: WindowOpt = Window.all,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
+    engine: Annotated[Engine, typer.Option(
+        "--engine", help="local: analyze the rank partitions one at a time in this process; dask: one task per "
+                         "rank partition on a Dask cluster (pip install 'msprof-py[dask]').")] = Engine.local,
+    scheduler: Annotated[Optional[str], typer.Option(
+        "--scheduler", metavar="ADDRESS", show_default=False,
+        help="With --engine dask: the scheduler to use (tcp://HOST:PORT); default: a local cluster started "
+             "for this run.")] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", min=1, show_default=False,
+        help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; "
+             "default: one per core, at most one per rank).")] = None,
 ) -> None:
     """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
     from msprof_py import loading, report
@@ -404,8 +432,17 @@ def report_cmd(
     fmt_name = report.format_for(output, fmt)
     loading.check_parent(output)
     _check_analyzers(analyzer)
+    result = None
+    if engine is not Engine.local:
+        # The analyzers on the cluster, partition by partition; the summary, breakdown and
+        # timelines below still read the whole trace here.
+        parts = report.rank_partitions(trace_path)
+        trace = None if parts is not None else _load(trace_path, lenient, progress, analysis_only=True)
+        result = report.analyze(parts if parts is not None else report.split_by_rank(trace), analyzer,
+                                window=window.value, engine=engine.value, scheduler=scheduler, workers=workers,
+                                progress=progress, input_bytes=loading.input_bytes(trace_path))
     trace = _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=window.value)
+    rep = report.build(trace, analyzer, window=window.value, result=result)
     report.write(rep, output, fmt_name)
     worst = report.worst(rep)
     typer.echo(f"wrote {fmt_name} report with {len(rep['findings'])} findings to {output}")

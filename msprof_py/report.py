@@ -3,6 +3,7 @@ behind them, as Markdown, self-contained HTML (works offline) or JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers import Frames, Severity, run
+from analyzers import AnalysisResult, Frames, Severity, run
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
 from analyzers.streams import copy_bandwidth
@@ -51,18 +52,19 @@ def format_for(path: str | Path, fmt: str | None = None) -> str:
 
 
 def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
-          timelines: int = TIMELINES, frames: Frames | None = None) -> dict[str, Any]:
+          timelines: int = TIMELINES, frames: Frames | None = None,
+          result: AnalysisResult | None = None) -> dict[str, Any]:
     """Run the analyzers and collect everything a report shows: a plain dict that is strict
     JSON (no NaN or infinity: missing numbers are None). Findings are most costly first, each
     with `cost` in its `cost_unit` ("ns", "bytes" or "" for none); `breakdown` is the per-step
     time breakdown on the devices; `timelines` the evidence windows of the first `timelines`
     findings (for the HTML report). `frames` reuses frames the caller already built over
-    `trace` (the dashboard keeps them for its own views)."""
+    `trace` (the dashboard keeps them for its own views); `result` the analyzers' result when an
+    engine already ran them (`analyze`)."""
     frames = frames if frames is not None else Frames(trace, window=window)
-    result = run(trace, names, frames=frames)
+    result = result if result is not None else run(trace, names, frames=frames)
     summary = overview(frames, result)
-    ranked = result.ranked()
-    findings = [{**f.to_dict(), "cost_unit": f.cost_unit, "cost": f.cost} for f in ranked]
+    findings = _finding_rows(result)
     shown = findings[:max(timelines, 0)]
     host = host_slices(frames) if shown else None
     rows = step_breakdown(frames)
@@ -81,6 +83,17 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
         "metrics": result.metrics,
     }
     return _strict(rep)
+
+
+def findings_report(result: AnalysisResult) -> dict[str, Any]:
+    """The findings part of a report (what `analyze` prints): findings most costly first, each with
+    `cost` in its `cost_unit`, the skipped analyzers and the metrics, as strict JSON."""
+    return _strict({"platform": result.platform, "findings": _finding_rows(result), "skipped": result.skipped,
+                    "metrics": result.metrics})
+
+
+def _finding_rows(result: AnalysisResult) -> list[dict[str, Any]]:
+    return [{**f.to_dict(), "cost_unit": f.cost_unit, "cost": f.cost} for f in result.ranked()]
 
 
 def worst(report: dict[str, Any]) -> Severity | None:
@@ -515,3 +528,154 @@ document.querySelectorAll("script.plotly-spec").forEach(function (s) {
 </script>
 </body></html>
 """
+
+
+# ---------------------------------------------------------------- the analysis engines
+# The rank partitions of a trace are the unit of parallel work: one task per rank reads that
+# rank's partition itself, runs the per-rank analyzers and summarizes it for the cross-rank ones
+# (`analyzers.partitioned.map_partition`), and returns findings, metrics and small summaries;
+# the driver reduces them (`reduce_partitions`). The same task function runs in-process
+# (`engine="local"`, one partition at a time) or on a Dask cluster (`engine="dask"`), so no
+# process ever holds more than one partition of the trace (plus the summaries).
+
+#: An engine's partitions: (first rank, how to read it), in rank order. "table": a rank's Parquet
+#: files of a partitioned table; "prof": its files under a PROF directory's host/ and device_*/.
+Partition = tuple[int, str, list[str]]
+
+
+def rank_partitions(path: str | Path) -> list[Partition] | None:
+    """The rank partitions of a trace on disk, or None when it is not partitioned by rank (a
+    single Parquet file, a JSON trace): those are loaded whole and split by rank in memory."""
+    from msprof_py import loading, prof_dir
+
+    path = Path(path)
+    if prof_dir.is_prof_dir(path):
+        dirs = prof_dir.raw_dirs(path)
+        files: dict[int, list[str]] = {}
+        for d in dirs:
+            for f in sorted(d.glob("rank=*/*.parquet")):
+                files.setdefault(_rank_of(f), []).append(str(f.resolve()))
+        return [(r, "prof", fs) for r, fs in sorted(files.items())] or None
+    path = loading.table_path(path)
+    if not path.is_dir():
+        return None
+    files = {}
+    for f in sorted(path.glob("rank=*/*.parquet")):
+        files.setdefault(_rank_of(f), []).append(str(f.resolve()))
+    return [(r, "table", fs) for r, fs in sorted(files.items())] or None
+
+
+def _rank_of(f: Path) -> int:
+    try:
+        return int(f.parent.name.split("=", 1)[1])
+    except (IndexError, ValueError):
+        raise MsprofError(f"{f.parent}: a rank partition's directory must be named rank=N") from None
+
+
+def read_partition(how: str, files: list[str]) -> Trace:
+    """One rank's partition, read as the whole-trace readers read it (the analyzed columns of a
+    table; a PROF directory's host and device parts together, sorted by time)."""
+    import pyarrow as pa
+
+    from analyzers.frames import ANALYSIS_COLUMNS
+    from msprof_py.trace.parquet import read_trace
+    from msprof_py.trace.schema import COLUMN_NAMES, canonical_dictionaries
+
+    if how == "table":
+        parts = [read_trace(f, columns=list(ANALYSIS_COLUMNS)) for f in files]
+        if len(parts) == 1:
+            return parts[0]
+        return Trace(table=pa.concat_tables([p.table for p in parts]), meta=parts[0].meta)
+    # As prof_dir.read_raw does for the whole directory.
+    parts = [read_trace(f) for f in files]
+    table = pa.concat_tables([p.table for p in parts]) if len(parts) > 1 else parts[0].table
+    order = np.lexsort((table.column("ts").to_numpy(), table.column("rank").to_numpy()))
+    table = canonical_dictionaries(table.take(pa.array(order)).select(list(COLUMN_NAMES)))
+    return Trace(table=table, meta=parts[0].meta)
+
+
+def analyze_partition(part: Partition | Trace, names: list[str] | None, window: str):
+    """The task of one partition: read it (unless it is given in memory), map the analyzers over it."""
+    from analyzers.partitioned import map_partition
+
+    trace = part if isinstance(part, Trace) else read_partition(part[1], part[2])
+    return map_partition(trace, names, window=window)
+
+
+def split_by_rank(trace: Trace) -> list[Trace]:
+    """A trace loaded whole (not partitioned on disk) as one Trace per rank, in rank order."""
+    import pyarrow.compute as pc
+
+    col = trace.table.column("rank")
+    return [Trace(table=trace.table.filter(pc.equal(col, r)), meta=trace.meta)
+            for r in sorted(col.unique().to_pylist())]
+
+
+def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None, *, window: str = "all",
+            engine: str = "local", scheduler: str | None = None, workers: int | None = None,
+            progress: bool | None = None, input_bytes: int = 0) -> AnalysisResult:
+    """Run the analyzers partition by partition (`rank_partitions`, or `split_by_rank` of a loaded
+    trace) and reduce: the same `AnalysisResult` as `analyzers.run` on the whole trace.
+
+    `engine` "local" runs the partitions in this process, one at a time; "dask" runs one task per
+    partition on the Dask scheduler at `scheduler` (its workers must see the partition files at
+    the same paths), or, without one, on a LocalCluster of `workers` single-threaded worker
+    processes started for this run. `progress` (None: only on a terminal and a large input) shows
+    a bar of partitions done on stderr."""
+    from analyzers.partitioned import reduce_partitions, selected
+    from msprof_py import loading
+
+    try:
+        selected(names)
+    except ValueError as exc:
+        raise MsprofError(str(exc)) from None
+    if not parts:
+        raise MsprofError("the trace has no ranks to analyze")
+    with loading.progress_reporter(input_bytes, force=progress) as bar:
+        bar("analyze", 0, len(parts))
+        if engine == "local":
+            partials = []
+            for i, part in enumerate(parts, 1):
+                partials.append(analyze_partition(part, names, window))
+                bar("analyze", i, len(parts))
+        elif engine == "dask":
+            partials = _on_dask(parts, names, window, scheduler, workers, bar)
+        else:
+            raise MsprofError(f"unknown engine {engine!r}; choose local or dask")
+    return reduce_partitions(partials, names)
+
+
+DASK_MISSING = "the Dask engine needs the dask extra: pip install 'msprof-py[dask]'"
+
+
+def _on_dask(parts: list, names: list[str] | None, window: str, scheduler: str | None, workers: int | None,
+             bar) -> list:
+    try:
+        import distributed
+    except ImportError:
+        raise MsprofError(DASK_MISSING) from None
+    import logging
+    import os
+
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            try:
+                client = stack.enter_context(distributed.Client(scheduler, timeout="10s"))
+            except (OSError, ValueError, TypeError) as exc:  # unreachable, refused, not an address
+                raise MsprofError(f"cannot connect to the Dask scheduler {scheduler}: {' '.join(str(exc).split())}",
+                                  hint="give its address as tcp://HOST:PORT") from None
+        else:
+            n = workers or max(min(os.cpu_count() or 1, len(parts)), 1)
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                silence_logs=logging.ERROR))
+            client = stack.enter_context(distributed.Client(cluster))
+        # In-memory partitions (a trace loaded whole) go to the workers as data; partitions on
+        # disk as their file names, read by the worker that runs the task.
+        if parts and isinstance(parts[0], Trace):
+            parts = client.scatter(list(parts))
+        futures = [client.submit(analyze_partition, part, names, window, pure=False) for part in parts]
+        for i, _ in enumerate(distributed.as_completed(futures), 1):
+            bar("analyze", i, len(futures))
+        return [f.result() for f in futures]
+    raise AssertionError("unreachable")
