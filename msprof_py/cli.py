@@ -441,7 +441,9 @@ def report_cmd(
         result = report.analyze(parts if parts is not None else report.split_by_rank(trace), analyzer,
                                 window=window.value, engine=engine.value, scheduler=scheduler, workers=workers,
                                 progress=progress, input_bytes=loading.input_bytes(trace_path))
-    trace = _load(trace_path, lenient, progress, analysis_only=True)
+    else:
+        trace = None
+    trace = trace if trace is not None else _load(trace_path, lenient, progress, analysis_only=True)
     rep = report.build(trace, analyzer, window=window.value, result=result)
     report.write(rep, output, fmt_name)
     worst = report.worst(rep)

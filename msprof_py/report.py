@@ -629,6 +629,8 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
         selected(names)
     except ValueError as exc:
         raise MsprofError(str(exc)) from None
+    if engine == "local" and (scheduler or workers):
+        raise MsprofError("--scheduler and --workers go with --engine dask")
     if not parts:
         raise MsprofError("the trace has no ranks to analyze")
     with loading.progress_reporter(input_bytes, force=progress) as bar:
