@@ -14,6 +14,7 @@ Only typer and the standard library at the top: `msprof-py --help` must not impo
 from __future__ import annotations
 
 import csv
+import decimal
 import json
 import math
 import sys
@@ -206,6 +207,8 @@ def _csv_value(value: Any) -> Any:
 def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, decimal.Decimal):  # a DECIMAL literal or sum: a JSON number, not text
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
     if isinstance(value, dict):
@@ -238,7 +241,8 @@ def _print_table(names: list[str], types: list[Any], rows: list[tuple], out: Tex
 
 def _is_number(rows: list[tuple], i: int) -> bool:
     values = [r[i] for r in rows if r[i] is not None]
-    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return bool(values) and all(isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool)
+                                for v in values)
 
 
 def _cell(value: Any) -> str:
@@ -248,7 +252,7 @@ def _cell(value: Any) -> str:
         return "NULL"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int):
+    if isinstance(value, (int, decimal.Decimal)):
         return f"{value:,}"
     if isinstance(value, float):
         if not math.isfinite(value) or value == 0:

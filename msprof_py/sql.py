@@ -61,6 +61,8 @@ Errors (bad SQL, an unknown view, a file that is no trace table) are MsprofError
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,11 +168,12 @@ def connect(trace: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     listed = "[" + ", ".join(_literal(str(f)) for f in files) + "]"
     try:
-        # Not hive_partitioning: every file holds its rank column, and a `key=value` directory
-        # anywhere up the path would become an extra column. Row-group statistics of `rank`
-        # still let DuckDB skip other ranks' data.
+        # Not hive_partitioning (DuckDB would detect it from `rank=R/`): every file holds its rank
+        # column (int32, as the schema says; the path would make it int64), and a `key=value`
+        # directory anywhere up the path would become an extra column. Row-group statistics of
+        # `rank` still let DuckDB skip other ranks' data.
         con.execute(f"CREATE VIEW _rows AS SELECT * FROM read_parquet({listed}, union_by_name = true, "
-                    "filename = true, file_row_number = true)")
+                    "hive_partitioning = false, filename = true, file_row_number = true)")
         have = {row[0] for row in con.execute("DESCRIBE _rows").fetchall()}
     except duckdb.Error as exc:
         con.close()
@@ -232,6 +235,19 @@ def _natural(path: Path) -> tuple:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: `msprof_py.sql(trace, query)` is `msprof_py.sql.sql(trace, query)`.
+
+    The package attribute `msprof_py.sql` is this module as soon as anything imports it (Python
+    binds a submodule to its package), so the module itself is the function users call."""
+
+    def __call__(self, trace: str | Path, query: str | None = None) -> Any:
+        return sql(trace, query)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def one_line(exc: BaseException) -> str:
