@@ -613,7 +613,7 @@ def split_by_rank(trace: Trace) -> list[Trace]:
 
 def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None, *, window: str = "all",
             engine: str = "local", scheduler: str | None = None, workers: int | None = None,
-            progress: bool | None = None, input_bytes: int = 0) -> AnalysisResult:
+            progress: bool | None = None, input_bytes: int = 0, console: Any = None) -> AnalysisResult:
     """Run the analyzers partition by partition (`rank_partitions`, or `split_by_rank` of a loaded
     trace) and reduce: the same `AnalysisResult` as `analyzers.run` on the whole trace.
 
@@ -621,7 +621,7 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
     partition on the Dask scheduler at `scheduler` (its workers must see the partition files at
     the same paths), or, without one, on a LocalCluster of `workers` single-threaded worker
     processes started for this run. `progress` (None: only on a terminal and a large input) shows
-    a bar of partitions done on stderr."""
+    a bar of partitions done on stderr (or on the rich `console` given)."""
     from analyzers.partitioned import reduce_partitions, selected
     from msprof_py import loading
 
@@ -633,7 +633,7 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
         raise MsprofError("--scheduler and --workers go with --engine dask")
     if not parts:
         raise MsprofError("the trace has no ranks to analyze")
-    with loading.progress_reporter(input_bytes, force=progress) as bar:
+    with loading.progress_reporter(input_bytes, force=progress, console=console) as bar:
         bar("analyze", 0, len(parts))
         if engine == "local":
             partials = []
@@ -669,7 +669,7 @@ def _on_dask(parts: list, names: list[str] | None, window: str, scheduler: str |
         else:
             n = workers or max(min(os.cpu_count() or 1, len(parts)), 1)
             cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                 silence_logs=logging.ERROR))
             client = stack.enter_context(distributed.Client(cluster))
         # In-memory partitions (a trace loaded whole) go to the workers as data; partitions on

@@ -1,0 +1,193 @@
+"""Rank-partitioned analysis (`analyze` / `report --engine local|dask`): the findings of a run over
+the rank partitions, in process or on a real two-worker Dask LocalCluster, are those of the
+whole-trace `analyzers.run`: same codes, places, times, costs and order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+
+import distributed
+import pytest
+from typer.testing import CliRunner
+
+from analyzers import run
+from msprof_py import report
+from msprof_py.cli import app
+from msprof_py.trace import write_trace
+from msprof_py.trace.parquet import read_trace
+from runtime_emu import scenarios
+
+runner = CliRunner()
+
+#: name -> (scenario, switches, params): a slow rank and a slow link (cross-rank findings), per-rank
+#: problems (a leak on one rank, copies contending with collectives on every rank), and 12 ranks
+#: (rank 10 and 11 sort before 2 as text: the merge must order them as the whole-trace run does).
+CASES = {
+    "slow-rank": ("bert-train-dp", ["slow-rank", "slow-link"], {"ranks": 4, "steps": 3, "layers": 2}),
+    "per-rank": ("bert-train-dp", ["leak", "bandwidth-contention"], {"ranks": 4, "steps": 5, "layers": 1}),
+    "12-ranks": ("llm-train-2server", ["slow-rank"], {"ranks": 12, "steps": 2, "layers": 1, "servers": 2}),
+}
+#: The findings each case must give (code, rank, device, stream), in the whole-trace run's order.
+BUBBLES = [(code, r, r, 1) for r in range(4) for code in ("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA")]
+SYNC = [("SYNC_STALL", r, None, None) for r in range(4)]
+EXPECTED = {
+    "slow-rank": [("LOW_OVERLAP", 0, None, None), *BUBBLES, ("SLOW_LINK", 1, None, None), ("SLOW_RANK", 3, 3, None),
+                  *SYNC],
+    "per-rank": [*[("BANDWIDTH_CONTENTION", r, r, None) for r in range(4)], ("LOW_OVERLAP", 1, None, None), *BUBBLES,
+                 ("MEMORY_LEAK", 3, 3, None), *SYNC],
+    "12-ranks": [("LOW_OVERLAP", 11, None, None),
+                 *[(code, r, r % 6, 1) for r in range(12) for code in ("BUBBLE_COLLECTIVE", "BUBBLE_COPY",
+                                                                       "BUBBLE_DATA")],
+                 ("SLOW_RANK", 9, 3, None), *[("SYNC_STALL", r, None, None) for r in range(12)]],
+}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("partitioned")
+    out = {}
+    for label, (name, switches, params) in CASES.items():
+        write_trace(scenarios.run(name, switches=switches, seed=0, **params).trace, d / label, partition_by_rank=True)
+        out[label] = d / label
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as c:
+        yield c
+
+
+def where(result):
+    return [(f.code, f.rank, f.device, f.stream) for f in result.findings]
+
+
+def plain(o):
+    """Metrics with floats to 12 significant digits: a rolling sum over one rank's copies alone
+    (bandwidth in use) can differ from one over all ranks in the last bit."""
+    if isinstance(o, dict):
+        return {k: plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [plain(v) for v in o]
+    if isinstance(o, float) and math.isfinite(o) and o:
+        return float(f"{o:.12g}")
+    return o
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_local_and_dask_engines_give_the_whole_trace_findings(traces, cluster, case):
+    whole = run(read_trace(traces[case]))
+    parts = report.rank_partitions(traces[case])
+    assert [p[0] for p in parts] == list(range(CASES[case][2]["ranks"]))
+    local = report.analyze(parts, engine="local")
+    on_dask = report.analyze(parts, engine="dask", scheduler=cluster.scheduler_address)
+    assert where(whole) == EXPECTED[case]
+    expected = [f.to_dict() for f in whole.findings]  # codes, where, when, costs, evidence, lookup, order
+    assert [f.to_dict() for f in local.findings] == expected
+    assert [f.to_dict() for f in on_dask.findings] == expected
+    assert local.skipped == on_dask.skipped == whole.skipped == {}
+    assert plain(local.metrics) == plain(on_dask.metrics) == plain(whole.metrics)
+    assert local.platform == on_dask.platform == whole.platform == "ascend"
+
+
+def test_slow_rank_reduced_from_arrival_tables(traces):
+    (f,) = [f for f in report.analyze(report.rank_partitions(traces["slow-rank"]), ["ranks"]).findings]
+    assert (f.code, f.rank, f.ranks, f.analyzer) == ("SLOW_RANK", 3, [0, 1, 2], "ranks")
+    assert f.lookup is not None and f.lookup.code == "SLOW_RANK"
+
+
+def test_a_partition_task_reads_one_rank(traces):
+    parts = report.rank_partitions(traces["slow-rank"])
+    rank, how, files = parts[2]
+    trace = report.read_partition(how, files)
+    assert (rank, how, len(files)) == (2, "table", 1)
+    assert set(trace.table.column("rank").to_pylist()) == {2}
+    whole = read_trace(traces["slow-rank"])
+    assert 0 < trace.table.num_rows < whole.table.num_rows / 3
+    partial = report.analyze_partition(parts[2], None, "all")
+    assert partial.ranks == [2] and set(partial.summaries) == {"ranks", "links"}
+    # The slow-rank summary is the rank's collective arrival table, not its events.
+    assert len(partial.summaries["ranks"]["parts"]) < trace.table.num_rows / 20
+
+
+def test_cli_analyze_dask_starts_and_closes_a_local_cluster(traces):
+    path = str(traces["slow-rank"])
+    local = runner.invoke(app, ["analyze", path, "--json"])
+    dask = runner.invoke(app, ["analyze", path, "--json", "--engine", "dask", "--workers", "2"])
+    assert local.exit_code == 0 and dask.exit_code == 0, local.output + dask.output
+    assert dask.stdout == local.stdout
+    doc = json.loads(dask.stdout)
+    whole = report.findings_report(run(read_trace(traces["slow-rank"])))
+    assert doc["findings"] == whole["findings"] and doc["skipped"] == whole["skipped"]
+    assert sorted({f["code"] for f in doc["findings"]}) == ["BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA",
+                                                            "LOW_OVERLAP", "SLOW_LINK", "SLOW_RANK", "SYNC_STALL"]
+
+
+def test_cli_report_on_a_scheduler_matches_the_local_report(traces, cluster, tmp_path):
+    path = str(traces["per-rank"])
+    a, b = tmp_path / "local.json", tmp_path / "dask.json"
+    assert runner.invoke(app, ["report", path, "-o", str(a)]).exit_code == 0
+    res = runner.invoke(app, ["report", path, "-o", str(b), "--engine", "dask", "--scheduler",
+                              cluster.scheduler_address])
+    assert res.exit_code == 0, res.output
+    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    assert db["findings"] == da["findings"] and db["skipped"] == da["skipped"]
+    assert plain({k: v for k, v in db.items() if k != "metrics"}) == plain({k: v for k, v in da.items()
+                                                                            if k != "metrics"})
+
+
+def test_forced_progress_shows_partitions_done(traces, cluster):
+    import io
+
+    from rich.console import Console
+
+    parts = report.rank_partitions(traces["slow-rank"])
+    for engine, scheduler in (("local", None), ("dask", cluster.scheduler_address)):
+        sink = io.StringIO()
+        report.analyze(parts, ["ranks"], engine=engine, scheduler=scheduler, progress=True,
+                       console=Console(file=sink, force_terminal=True, width=80))
+        assert "analyze" in sink.getvalue() and "100%" in sink.getvalue()
+    quiet = runner.invoke(app, ["analyze", str(traces["slow-rank"]), "--json"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_unknown_engine_is_one_line(traces):
+    res = runner.invoke(app, ["analyze", str(traces["slow-rank"]), "--engine", "spark"])
+    assert res.exit_code == 2
+    assert res.stderr == "msprof-py: error: unknown analysis engine 'spark'; choose one of local, dask\n"
+
+
+def test_missing_dask_extra_says_how_to_install_it(traces, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    res = runner.invoke(app, ["analyze", str(traces["slow-rank"]), "--engine", "dask"])
+    assert res.exit_code == 2
+    assert res.stderr == ("msprof-py: error: the Dask engine needs the dask extra: "
+                          "pip install 'msprof-py[dask]'\n")
+
+
+@pytest.mark.parametrize("address", ["not-an-address", "tcp://127.0.0.1"])
+def test_bad_scheduler_address_is_one_line(traces, address):
+    res = runner.invoke(app, ["analyze", str(traces["slow-rank"]), "--engine", "dask", "--scheduler", address])
+    assert res.exit_code == 2
+    assert res.stderr.startswith(f"msprof-py: error: cannot connect to the Dask scheduler {address}: ")
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.output
+    assert res.stderr.endswith("(give its address as tcp://HOST:PORT)\n")
+
+
+def test_scheduler_without_dask_engine_is_a_usage_error(traces):
+    res = runner.invoke(app, ["analyze", str(traces["slow-rank"]), "--workers", "2"])
+    assert res.exit_code == 2
+    assert res.stderr == "msprof-py: error: --scheduler and --workers go with --engine dask\n"
+
+
+def test_a_single_file_trace_is_split_by_rank_in_memory(traces, tmp_path):
+    whole = read_trace(traces["slow-rank"])
+    one = tmp_path / "one.parquet"
+    write_trace(whole, one)
+    assert report.rank_partitions(one) is None
+    res = report.analyze(report.split_by_rank(read_trace(one)))
+    assert [f.to_dict() for f in res.findings] == [f.to_dict() for f in run(whole).findings]
