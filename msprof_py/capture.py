@@ -251,9 +251,16 @@ def warn_if_slow(events: int) -> bool:
 
 def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), switches: Switches | None = None,
             seed: int = 0, steps: int | None = None, ranks: int | None = None,
-            params: dict[str, Any] | None = None) -> Path:
+            params: dict[str, Any] | None = None, stream: bool = False, exports: bool = True,
+            ground_truth: bool = True) -> Path:
     """Run a built-in scenario in-process with `switches` recorded; write its PROF dir (with
-    ground_truth.json)."""
+    ground_truth.json unless `ground_truth=False`).
+
+    `stream`: the trace goes to disk while the scenario runs (runtime_emu's streaming writer,
+    one file per rank) and is then laid out in the PROF dir one rank at a time, so memory
+    holds what is still running and one rank's rows, never the whole trace. `exports=False`
+    skips mindstudio_profiler_output/ (the timeline and summaries need the whole table;
+    `msprof-py --export=on` writes them later)."""
     from runtime_emu import scenarios
 
     switches = switches or Switches()
@@ -263,14 +270,33 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     except ValueError as exc:
         raise MsprofError(str(exc)) from None
     prof_dir.check_output(output)
+    if not ground_truth and cfg.switches:
+        raise MsprofError("--ground-truth off cannot be used with --switch: injected problems are described "
+                          "from the ground truth", hint="drop the --switch options or keep --ground-truth on")
     warn_if_slow(spec.size(cfg) if spec.size is not None else 0)
-    result = scenarios.run_configured(spec, cfg, record=switches)
-    known = scenarios.all_params(spec)
     prof = prof_dir.new_prof_dir(output)
+    streamed = prof / prof_dir.STAGING_DIR / "trace" if stream else None
+    if streamed is not None:
+        streamed.parent.mkdir()
+    try:
+        result = scenarios.run_configured(spec, cfg, record=switches, trace_path=streamed, ground_truth=ground_truth)
+    except BaseException:
+        shutil.rmtree(prof / prof_dir.STAGING_DIR, ignore_errors=True)
+        raise
+    known = scenarios.all_params(spec)
     command = " ".join(["emulate", scenario, *(f"--switch {p}" for p in sorted(cfg.switches)),
                         *(f"--param {k}={known[k].text(v)}" for k, v in sorted((params or {}).items())),
-                        f"--seed {seed}", f"--steps {cfg.steps}", f"--ranks {cfg.ranks}"])
+                        f"--seed {seed}", f"--steps {cfg.steps}", f"--ranks {cfg.ranks}",
+                        *(["--stream"] if stream else []), *([] if exports else ["--export off"]),
+                        *([] if ground_truth else ["--ground-truth off"])])
     prof_dir.write_status(prof, {"source": "emulate", "command": command, "switches": asdict(switches),
                                  "started": prof_dir.now_iso(), "msprof_py": __version__, "exit_code": 0})
-    return prof_dir.finish(prof, result.trace, ground_truth=result.ground_truth, status=prof_dir.COMPLETE,
+    truth = result.ground_truth if ground_truth else None
+    if streamed is not None:
+        assert result.trace_path == streamed, "a streamed run leaves its trace where it was streamed"
+        prof_dir.finish_streamed(prof, streamed, ground_truth=truth, exports=exports, status=prof_dir.COMPLETE,
+                                 reasons=[])
+        shutil.rmtree(prof / prof_dir.STAGING_DIR, ignore_errors=True)
+        return prof
+    return prof_dir.finish(prof, result.trace, ground_truth=truth, exports=exports, status=prof_dir.COMPLETE,
                            reasons=[])

@@ -217,6 +217,9 @@ def _report_run(prof: Path) -> None:
     timeline = next((prof / prof_dir.EXPORT_DIR).glob("msprof_*.json"), None)
     if timeline is not None:
         typer.echo(f"{PROG}: timeline {timeline} (open it in https://ui.perfetto.dev or chrome://tracing)", err=True)
+    elif st.get("status") == prof_dir.COMPLETE:
+        typer.echo(f"{PROG}: no timeline or summaries written (--export off); {PROG} --export=on --output={prof} "
+                   "writes them", err=True)
 
 
 def _print_runs(output: Path) -> None:
@@ -590,6 +593,15 @@ def emulate_cmd(
     hccl: HcclOpt = None,
     memory: MemoryOpt = None,
     sys_hardware_mem: SysHardwareMemOpt = None,
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="Write the trace while the scenario runs and lay it out one rank at a time: memory "
+                         "holds what is running and one rank's rows, not the whole trace (large runs).")] = False,
+    export_mode: Annotated[OnOff, typer.Option(
+        "--export", help="Write mindstudio_profiler_output/ (timeline, summaries: they read the whole trace; "
+                         "off for large runs, `--export=on --output=PROF` later).")] = OnOff.on,
+    ground_truth: Annotated[OnOff, typer.Option(
+        "--ground-truth", help="Keep and write ground_truth.json (what caused each delay, for scoring; off: "
+                               "a large run's memory does not grow with its length).")] = OnOff.on,
 ) -> None:
     """Run a built-in scenario on the emulated runtime and write its PROF dir (with ground_truth.json)."""
     from msprof_py import capture
@@ -613,7 +625,8 @@ def emulate_cmd(
     except ValueError as exc:
         raise MsprofError(str(exc)) from None
     prof = capture.emulate(scenario, output, problems=switch or [], seed=seed, steps=steps, ranks=ranks,
-                           params=params, switches=_switches(task_time, runtime_api, hccl, memory, sys_hardware_mem))
+                           params=params, switches=_switches(task_time, runtime_api, hccl, memory, sys_hardware_mem),
+                           stream=stream, exports=export_mode is OnOff.on, ground_truth=ground_truth is OnOff.on)
     _report_run(prof)
 
 

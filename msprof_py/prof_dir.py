@@ -34,12 +34,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msprof_py.errors import MsprofError
 from msprof_py.trace.atomic import atomic_file, file_mode
 from msprof_py.trace.ground_truth import write_ground_truth
-from msprof_py.trace.parquet import read_trace, write_trace
-from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, Trace, canonical_dictionaries
+from msprof_py.trace.parquet import read_trace, write_parquet_file, write_trace
+from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, Trace, arrow_schema, canonical_dictionaries
 
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([A-Z]{16})$")
 EXPORT_DIR = "mindstudio_profiler_output"
@@ -118,6 +119,28 @@ def write_raw(trace: Trace, prof: str | Path) -> list[Path]:
         where = prof / ("host" if target < 0 else f"device_{target}")
         where.mkdir(exist_ok=True)
         written.append(write_trace(Trace(table=sub, meta=trace.meta), where / "data", partition_by_rank=True))
+    return written
+
+
+def write_raw_rank(trace: Trace, prof: str | Path) -> list[Path]:
+    """Add one rank's rows (all of `trace`) to `host/data` and `device_{d}/data`, a file at a time
+    (each written atomically): a streamed run is laid out rank by rank, never whole in memory."""
+    prof = Path(prof)
+    t = trace.table
+    if not len(t):
+        return []
+    ranks = pc.unique(t.column("rank")).to_pylist()
+    if len(ranks) != 1:
+        raise ValueError(f"write_raw_rank takes one rank's rows, got ranks {sorted(ranks)}")
+    table = t.replace_schema_metadata(arrow_schema(trace.meta).metadata)
+    targets = _targets(t)
+    written = []
+    for target in sorted(set(targets.tolist())):
+        where = prof / ("host" if target < 0 else f"device_{target}") / "data" / f"rank={ranks[0]}"
+        where.mkdir(parents=True, exist_ok=True)
+        with atomic_file(where / "part-0.parquet") as tmp:
+            write_parquet_file(table.filter(pa.array(targets == target)), tmp)
+        written.append(where / "part-0.parquet")
     return written
 
 
@@ -213,18 +236,31 @@ def update_status(prof: str | Path, **changes: Any) -> dict[str, Any]:
 
 def run_summary(trace: Trace) -> dict[str, Any]:
     """What `--query=on` lists for a run: events, ranks, devices, steps, time span."""
+    return merge_summaries([summary_part(trace)])
+
+
+def summary_part(trace: Trace) -> dict[str, Any]:
+    """run_summary's facts of some of a run's rows (one rank's, say), for merge_summaries."""
     t = trace.table
     kinds = t.column("kind").cast(pa.string()).to_numpy(zero_copy_only=False)
     real = kinds != "meta"
     ts = t.column("ts").to_numpy()[real]
     end = ts + t.column("dur").fill_null(0).to_numpy()[real]
     steps = kinds == "step"
-    step_ids = t.column("step").to_numpy(zero_copy_only=False)[steps]
-    dev = t.column("device").drop_null().to_numpy()
-    rank = t.column("rank").to_numpy()
-    return {"events": int(real.sum()), "ranks": int(len(np.unique(rank))), "devices": int(len(np.unique(dev))),
-            "steps": int(len(np.unique(step_ids))) if steps.any() else 0,
-            "span_ns": int(end.max() - ts.min()) if len(ts) else 0}
+    return {"events": int(real.sum()), "ranks": set(np.unique(t.column("rank").to_numpy()).tolist()),
+            "devices": set(np.unique(t.column("device").drop_null().to_numpy()).tolist()),
+            "steps": set(np.unique(t.column("step").to_numpy(zero_copy_only=False)[steps]).tolist()),
+            "start": int(ts.min()) if len(ts) else None, "end": int(end.max()) if len(ts) else None}
+
+
+def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """run_summary of a run from the summary_part of each of its pieces."""
+    starts = [p["start"] for p in parts if p["start"] is not None]
+    ends = [p["end"] for p in parts if p["end"] is not None]
+    return {"events": sum(p["events"] for p in parts), "ranks": len(set().union(*(p["ranks"] for p in parts))),
+            "devices": len(set().union(*(p["devices"] for p in parts))),
+            "steps": len(set().union(*(p["steps"] for p in parts))),
+            "span_ns": max(ends) - min(starts) if starts else 0}
 
 
 _DESCRIBE = [
@@ -289,14 +325,43 @@ def _present(prof: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------- one run, end to end
-def finish(prof: str | Path, trace: Trace, *, ground_truth: dict | None = None, **status: Any) -> Path:
-    """Write a run's raw data, exports, ground truth (emulated runs), status and README."""
+def finish(prof: str | Path, trace: Trace, *, ground_truth: dict | None = None, exports: bool = True,
+           **status: Any) -> Path:
+    """Write a run's raw data, exports (unless `exports=False`), ground truth (emulated runs),
+    status and README."""
     prof = Path(prof)
     write_raw(trace, prof)
     if ground_truth is not None:
         write_ground_truth(ground_truth, prof)
-    write_exports(prof, trace)
+    if exports:
+        write_exports(prof, trace)
     update_status(prof, **status, summary=run_summary(trace), finished=now_iso())
+    write_readme(prof)
+    return prof
+
+
+def finish_streamed(prof: str | Path, streamed: str | Path, *, ground_truth: dict | None = None,
+                    exports: bool = True, progress: Any = None, **status: Any) -> Path:
+    """finish() for a run whose trace was streamed to the rank-partitioned directory `streamed`:
+    its ranks are laid out one at a time (memory holds one rank's rows, not the run's) and the
+    directory removed. The exports need the whole table: `exports=False` leaves them for later
+    (`msprof-py --export=on`). `progress(done, total)` is called after each rank."""
+    prof, streamed = Path(prof), Path(streamed)
+    files = sorted(streamed.glob("rank=*/*.parquet"), key=lambda f: int(f.parent.name.split("=", 1)[1]))
+    parts = []
+    for i, f in enumerate(files):
+        rank_trace = read_trace(f)
+        write_raw_rank(rank_trace, prof)
+        parts.append(summary_part(rank_trace))
+        del rank_trace
+        if progress is not None:
+            progress(i + 1, len(files))
+    shutil.rmtree(streamed)
+    if ground_truth is not None:
+        write_ground_truth(ground_truth, prof)
+    if exports:
+        write_exports(prof, read_raw(prof))
+    update_status(prof, **status, summary=merge_summaries(parts), finished=now_iso())
     write_readme(prof)
     return prof
 

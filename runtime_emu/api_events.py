@@ -98,7 +98,7 @@ def synchronize_device(rt: Runtime) -> None:
 def _sync_done(rt: Runtime, th: HostThread, t0: int, name: str, stream: Stream | None) -> None:
     """A synchronize call returns: its wait goes to the ground truth, its slice spans it."""
     waited = th.clock - t0
-    if waited > 0:
+    if waited > 0 and rt.truth.keep:
         rt.truth.host_blocks.append((th.rank, th.tid, t0, th.clock, "sync", stream.id if stream else None, None))
     th.clock += rt.preset.sync_overhead_ns
     rt.rows.api(th, name, t0, "sync", stream=stream, blocked="synchronize", blocked_ns=waited)

@@ -157,7 +157,8 @@ def _wait_for_copy(rt: Runtime, th: HostThread, task: Task, what: str, reason: s
     """Hold the thread until `task` (a copy it launched) is done; returns when the wait began."""
     start = th.clock
     rt.coord.block(th, lambda: task.end_ns >= 0, what)
-    rt.truth.host_blocks.append((th.rank, th.tid, start, th.clock, reason, task.stream.id, task.corr))
+    if rt.truth.keep:
+        rt.truth.host_blocks.append((th.rank, th.tid, start, th.clock, reason, task.stream.id, task.corr))
     return start
 
 

@@ -40,6 +40,7 @@ class Dispatch:
         #: Flat ground truth of finished tasks and the host blocks (GroundTruth's lists).
         self.truth: list[Any] = truth.tasks
         self.host_blocks: list[tuple] = truth.host_blocks
+        self.keep_truth = truth.keep
         # The launch path's two overheads as plain ints (a Preset's fields are generic lookups
         # from compiled code; the preset is frozen, so these never go stale).
         self.launch_overhead_ns = launch_overhead_ns
@@ -65,7 +66,8 @@ class Dispatch:
             self.coord.block(th, lambda: stream.pending < stream.capacity,
                              f"queue of stream {stream.id} is full and nothing retires")
             task.queue_blocked_ns = th.clock - blocked_from
-            self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
+            if self.keep_truth:
+                self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
         clock = th.clock = th.clock + self.launch_overhead_ns
         task.launch_ns = t0
         task.step = th.step
@@ -181,9 +183,10 @@ class Dispatch:
         record = task.record
         stream.last_record = record
         dev = stream.device
-        self.truth.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
-                           task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
-                           task.queue_blocked_ns, record or None))
+        if self.keep_truth:
+            self.truth.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
+                               task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
+                               task.queue_blocked_ns, record or None))
         self.rows.task_finished(task, now, stream.pending)
         self.advance(stream)
         cuts = self.cuts

@@ -24,8 +24,11 @@ SCHEMA = 1
 class GroundTruth:
     """What one run knows of its causes; the dispatcher and the API calls append to the lists."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, keep: bool = True) -> None:
         self.seed = seed
+        #: False: nothing is kept per task, host block or collective (a large run streamed to
+        #: Parquet, whose memory must not grow with its length); the document has empty lists.
+        self.keep = keep
         #: TASK_FIELDS values per finished task, flat, in finish order (one extend per task).
         self.tasks: list[Any] = []
         #: HOST_BLOCK_FIELDS tuples, in the order the blocks ended.

@@ -71,12 +71,14 @@ class Runtime:
                  topology: "Topology | None" = None, switches: Switches | None = None, preemption: bool = False,
                  batch_mode: bool = False, queue_depth_counters: bool = True,
                  trace_path: "str | Path | None" = None, trace_cut_tasks: int = CUT_TASK_ROWS,
-                 trace_writer: Any = None) -> None:
+                 trace_writer: Any = None, ground_truth: bool = True) -> None:
         """`trace_writer`: a sink the recording streams to while the program runs (its
         `submit(chunk)`, `pulse()`, `close(meta, rest, fallback=...)`, `abort()` and `path`, as
         msprof_py.trace.writer.TraceWriter has); finish() closes it. `trace_path`: stream to a
         TraceWriter of this Parquet file (one-rank jobs) or rank-partitioned directory.
-        `trace_cut_tasks`: device-task rows recorded between two cuts of rows for the writer."""
+        `trace_cut_tasks`: device-task rows recorded between two cuts of rows for the writer.
+        `ground_truth=False` keeps no ground truth (per task, host block and collective), so a
+        long streamed run holds only what is still running, not a record of everything run."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.engine = Engine()
@@ -86,7 +88,7 @@ class Runtime:
         self.preset = get_preset(preset)
         self.queue_depth_counters = queue_depth_counters
         self.rows = Rows(self.recorder, queue_depth_counters)
-        self.truth = GroundTruth(seed)
+        self.truth = GroundTruth(seed, ground_truth)
         self.coord = Coordinator(self)
         self.coord.register(greenlet.getcurrent(), 0)
         self.dispatch = Dispatch(self.engine, self.net, self.coord, self.rows, self.truth,

@@ -43,7 +43,7 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
     try:
         if not partition_by_rank:
             with atomic_file(path) as tmp:
-                _write_file(table, tmp)
+                write_parquet_file(table, tmp)
             return path
         check_trace_directory(path)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
@@ -52,7 +52,7 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
             for rank in sorted(ranks):
                 part = table.filter(pc.equal(table.column("rank"), rank))
                 (tmpdir / f"rank={rank}").mkdir()
-                _write_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
+                write_parquet_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
             move_directory_into_place(tmpdir, path)
         finally:
             if tmpdir.exists():
@@ -118,7 +118,8 @@ def parquet_options(columns: list[str]) -> dict:
             "write_statistics": [c for c in columns if c not in NO_STATISTICS_COLUMNS]}
 
 
-def _write_file(table: pa.Table, path: str | Path) -> None:
+def write_parquet_file(table: pa.Table, path: str | Path) -> None:
+    """One trace table (or part of one) as one Parquet file, with the trace's writer options."""
     pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.column_names))
 
 

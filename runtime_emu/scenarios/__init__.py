@@ -85,8 +85,13 @@ def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | 
 
 
 def run_configured(scenario: Scenario, cfg: Config, *, record: Switches | None = None,
-                   trace_path: str | Path | None = None, trace_cut_tasks: int | None = None) -> EmuResult:
-    """Run `scenario` as `configure` set it up (`cfg`); the rest as `run` takes it."""
+                   trace_path: str | Path | None = None, trace_cut_tasks: int | None = None,
+                   ground_truth: bool = True) -> EmuResult:
+    """Run `scenario` as `configure` set it up (`cfg`); the rest as `run` takes it.
+    `ground_truth=False` keeps none (Runtime's option; problems need it, so none may be on)."""
+    if not ground_truth and cfg.switches:
+        raise ValueError("a run without ground truth cannot inject problems (they are described from it): "
+                         f"drop {', '.join(sorted(cfg.switches))} or keep the ground truth")
     options = scenario.runtime_options(cfg) if scenario.runtime_options else {}
     if not scenario.multi_rank:
         options.setdefault("ranks", cfg.ranks)
@@ -94,7 +99,7 @@ def run_configured(scenario: Scenario, cfg: Config, *, record: Switches | None =
         options["trace_path"] = trace_path
         if trace_cut_tasks is not None:
             options["trace_cut_tasks"] = trace_cut_tasks
-    rt = Runtime(seed=cfg.seed, preset=cfg.preset, switches=record, **options)
+    rt = Runtime(seed=cfg.seed, preset=cfg.preset, switches=record, ground_truth=ground_truth, **options)
     scenario.program(rt, cfg)
     cfg.problems.flush(rt)
     return rt.finish()
