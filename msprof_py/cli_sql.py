@@ -59,7 +59,7 @@ def sql_cmd(
         help="Parquet trace table (file or rank-partitioned directory), a sample directory holding one, or a "
              "PROF_* directory; JSON traces need `msprof-py import` first.")],
     query: Annotated[Optional[str], typer.Argument(
-        metavar="[QUERY]", show_default=False,
+        metavar="QUERY", show_default=False,
         help="SQL to run; without it, read SQL from stdin (interactive when stdin is a terminal).")] = None,
     fmt: Annotated[SqlFormat, typer.Option(
         "--format", "-f", help="table (aligned, for reading), csv (full precision) or json (an array of "

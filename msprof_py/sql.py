@@ -217,7 +217,10 @@ def parquet_files(path: Path) -> list[Path]:
     roots = [path]
     if _PROF_RE.match(path.name):
         roots = [d for d in [path / "host" / "data", *sorted(path.glob("device_*/data"))] if d.is_dir()]
-    files = sorted((f for root in roots for f in root.rglob("*.parquet") if f.is_file()), key=_natural)
+    # A table directory holds `rank=R/part-N.parquet` (or its files at the top): no deeper search,
+    # so a directory that is no table fails fast instead of reading whatever lies below it.
+    files = sorted((f for root in roots for pattern in ("*.parquet", "*/*.parquet") for f in root.glob(pattern)
+                    if f.is_file()), key=_natural)
     if not files:
         raise MsprofError(f"{path}: no Parquet files in this directory",
                           hint="give a trace table, a PROF_* directory or a sample directory")
