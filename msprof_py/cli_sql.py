@@ -8,14 +8,12 @@ Dot commands: `.tables` (the views), `.schema VIEW` (its columns), `.help`, `.qu
 A failing statement is one line on stderr; a QUERY run exits 2 at once, the interactive mode
 goes on and exits 2 at the end when any statement failed.
 
-Only typer and the standard library at the top: `msprof-py --help` must not import DuckDB.
+Only typer and light standard modules at the top: `msprof-py --help` must not import DuckDB.
 """
 
 from __future__ import annotations
 
-import csv
 import decimal
-import json
 import math
 import sys
 from enum import Enum
@@ -180,6 +178,9 @@ def _dot_command(con: duckdb.DuckDBPyConnection, command: str, fmt: SqlFormat) -
 # ---------------------------------------------------------------------- output
 def write(con: duckdb.DuckDBPyConnection, fmt: SqlFormat, out: TextIO) -> None:
     """Print the pending result of `con` in `fmt`."""
+    import csv
+    import json
+
     names = [d[0] for d in con.description or []]
     if fmt is SqlFormat.csv:
         writer = csv.writer(out, lineterminator="\n")
