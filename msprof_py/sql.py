@@ -55,6 +55,9 @@ steps
     Profiler steps (slices of kind step, such as ProfilerStep#3): rank, step (the step number;
     from the name's '#N' when the column is empty), name, pid, tid, ts, dur, end.
 
+`_rows` (internal) is `events` with DuckDB's `filename` and `file_row_number` of each row: the
+order of rows with equal ts, for `memory.live`.
+
 Errors (bad SQL, an unknown view, a file that is no trace table) are MsprofError, one line.
 """
 
@@ -161,7 +164,7 @@ def sql(trace: str | Path, query: str | None = None) -> duckdb.DuckDBPyConnectio
 
 
 def connect(trace: str | Path) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB connection with the trace's views (no data read yet)."""
+    """A new in-memory DuckDB connection with the trace's views (only the files' footers read yet)."""
     import duckdb
 
     files = parquet_files(Path(trace))
