@@ -31,22 +31,39 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
     from the link-rate counters (`--sys-hardware-mem`); NIC links (RoCE) have no peer in the
     table, so cross-server pairs are absent.
     """
+    return reduce([summarize(rows)], rows.topology, rows.origin_ns)
+
+
+def summarize(rows: "Rows") -> dict[str, Any]:
+    """What `reduce` needs of some ranks (one rank partition's Rows, or the whole trace's): their
+    collective slices with the Notify_Wait before each (one row per collective op), and the
+    rate series of the rank-to-rank links they recorded. Small next to the partition."""
     t = rows.tasks
     coll = t[t["kind"] == "collective"].copy()
-    if not len(coll):
+    if len(coll):
+        waits = t[(t["kind"] == "wait") & (t["cat"] == "hccl")][["rank", "device", "stream", "ts", "end"]]
+        waits = waits.rename(columns={"ts": "wait_ts", "end": "ts"})
+        coll = coll.merge(waits, on=["rank", "device", "stream", "ts"], how="left").drop_duplicates(
+            ["rank", "device", "stream", "ts", "name"])
+        coll["wait"] = (coll["ts"] - coll["wait_ts"].fillna(coll["ts"])).astype(np.int64)
+        coll = coll[["rank", "device", "stream", "name", "ts", "end", "dur", "bytes", "step", "wait"]]
+    return {"collectives": coll, "links": _link_series(rows)}
+
+
+def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple[dict, dict]:
+    """communication.json and communication_matrix.json (as `summaries` gives them) from the
+    `summarize` outputs of every rank partition: ops are matched across the partitions' collectives."""
+    tables = [p["collectives"] for p in parts if len(p["collectives"])]
+    if not tables:
         return {}, {}
-    waits = t[(t["kind"] == "wait") & (t["cat"] == "hccl")][["rank", "device", "stream", "ts", "end"]]
-    waits = waits.rename(columns={"ts": "wait_ts", "end": "ts"})
-    coll = coll.merge(waits, on=["rank", "device", "stream", "ts"], how="left").drop_duplicates(
-        ["rank", "device", "stream", "ts", "name"])
-    coll["wait"] = (coll["ts"] - coll["wait_ts"].fillna(coll["ts"])).astype(np.int64)
+    coll = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
     coll["group"] = members
     coll = coll.sort_values(["rank", "ts"], kind="stable")
     coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
     coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
-    coll["transport"] = [_transport(g, rows.topology) for g in coll["group"]]
-    links = _link_series(rows)
+    coll["transport"] = [_transport(g, topology) for g in coll["group"]]
+    links = {k: v for p in parts for k, v in p["links"].items()}
     comm: dict[str, Any] = {}
     matrix: dict[str, Any] = {}
     for r in coll.itertuples(index=False):
@@ -56,7 +73,7 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
         nbytes = 0 if pd.isna(r.bytes) else int(r.bytes)
         size_mb = nbytes / MiB
         time_info = {
-            "Start Timestamp(us)": (rows.origin_ns + int(r.ts) - r.wait) / 1000,
+            "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,
             "Elapse Time(ms)": wait_ms + transit_ms,
             "Transit Time(ms)": transit_ms, "Wait Time(ms)": wait_ms, "Synchronization Time(ms)": wait_ms,
             "Idle Time(ms)": 0.0, "Wait Time Ratio": _ratio(wait_ms, transit_ms),

@@ -191,3 +191,16 @@ def test_a_single_file_trace_is_split_by_rank_in_memory(traces, tmp_path):
     assert report.rank_partitions(one) is None
     res = report.analyze(report.split_by_rank(read_trace(one)))
     assert [f.to_dict() for f in res.findings] == [f.to_dict() for f in run(whole).findings]
+
+
+def test_communication_matrix_reduced_from_per_rank_summaries(traces):
+    from msprof_py import communication
+    from msprof_py.summaries import Rows
+
+    whole = read_trace(traces["12-ranks"])
+    expected = communication.summaries(Rows(whole))
+    parts = [communication.summarize(Rows(t)) for t in report.split_by_rank(whole)]
+    assert all(len(p["collectives"]) < t.table.num_rows / 20 for p, t in zip(parts, report.split_by_rank(whole)))
+    got = communication.reduce(parts, Rows(whole).topology, int(whole.meta.origin_ns or 0))
+    assert json.dumps(got) == json.dumps(expected)  # same content, same key order
+    assert sorted(expected[0], key=int) == [str(r) for r in range(12)]
