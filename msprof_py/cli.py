@@ -444,6 +444,8 @@ def report_cmd(
         result = report.analyze(parts if parts is not None else report.split_by_rank(trace), analyzer,
                                 window=window.value, engine=engine.value, scheduler=scheduler, workers=workers,
                                 progress=progress, input_bytes=loading.input_bytes(trace_path))
+    elif scheduler or workers:
+        raise MsprofError("--scheduler and --workers go with --engine dask")
     else:
         trace = None
     trace = trace if trace is not None else _load(trace_path, lenient, progress, analysis_only=True)
