@@ -65,10 +65,12 @@ def sample():
 base = me.memory_info().rss
 t = threading.Thread(target=sample, daemon=True)
 t.start()
+t0 = time.perf_counter()
 run(read_trace(sys.argv[1], columns=list(ANALYSIS_COLUMNS)))
+took = time.perf_counter() - t0
 stop.set()
 t.join()
-print(base, peak[0])
+print(base, peak[0], took)
 """
 
 
@@ -107,9 +109,10 @@ def main() -> None:
               f"whole trace {whole_bytes / MB:.1f} MB")
 
         out = subprocess.run([sys.executable, "-c", _WHOLE, str(path)], capture_output=True, text=True, check=True)
-        base, peak = map(int, out.stdout.split())
+        base, peak, whole_s = out.stdout.split()
+        base, peak = int(base), int(peak)
         whole_growth = peak - base
-        print(f"whole-trace analyzers.run in one process: peak RSS {peak / MB:.0f} MB, "
+        print(f"whole-trace analyzers.run in one process: {float(whole_s):.1f} s, peak RSS {peak / MB:.0f} MB, "
               f"{whole_growth / MB:.0f} MB above its warm baseline")
 
         with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
