@@ -15,10 +15,14 @@ partitions run (in-process or on a cluster): `msprof_py.report` drives them.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from analyzers import links, ranks
+import numpy as np
+import pandas as pd
+
+from analyzers import bandwidth, links, ranks
 from analyzers.bandwidth import _low_overlap
 from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, lookup
 from analyzers.frames import Frames
@@ -56,8 +60,12 @@ def selected(names: list[str] | None) -> list[str]:
 
 
 def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | None = None,
-                  window: str = "all") -> Partial:
-    """Run the per-rank analyzers on one partition and summarize it for the cross-rank ones."""
+                  window: str = "all", reference: pd.DataFrame | None = None) -> Partial:
+    """Run the per-rank analyzers on one partition and summarize it for the cross-rank ones.
+
+    `reference`: the copies of every rank that the bandwidth analyzer judges copies by when the
+    trace names no device preset (`bandwidth_reference`); without it, such a partition returns
+    its own reference copies in `summaries["bandwidth.reference"]` for the driver to pool."""
     configs = configs or {}
     frames = Frames(trace, window=window)
     rank_col = frames.table.column("rank")
@@ -68,8 +76,11 @@ def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[st
             continue
         spec = REGISTRY[name]
         cfg = configs.get(name) or spec.config_cls()
+        pooled = name == "bandwidth" and not (trace.meta.extra or {}).get("preset")
+        if pooled and reference is None:
+            out.summaries["bandwidth.reference"] = reference_copies(frames, cfg)
         try:
-            res = spec.fn(frames, cfg)
+            res = _with_reference(frames, cfg, reference) if pooled and reference is not None else spec.fn(frames, cfg)
         except Skipped as exc:
             out.skipped[name] = str(exc)
             continue
@@ -77,6 +88,76 @@ def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[st
             res, out.metrics[name] = res
         out.findings[name] = list(res)
     return out
+
+
+# --------------------------------------------------------------- bandwidth without a preset
+# Without a device preset the bandwidth analyzer judges a copy against the copies of the same
+# kind and size that had their link to themselves, on ANY rank: a cross-rank reference. Which
+# copies those are is decided per (rank, device, link), so each partition gives its own
+# (`reference_copies`); the driver pools them and, when there are several partitions, runs the
+# analyzer once more on each partition with the pooled reference (`map_partition(reference=)`).
+
+def reference_copies(frames: Frames, cfg: Any) -> pd.DataFrame:
+    """The partition's copies the analyzer would take as references (kind, bytes, gbps)."""
+    from analyzers.streams import copy_bandwidth
+
+    copies = copy_bandwidth(frames)
+    if copies.empty:
+        return pd.DataFrame({"kind": pd.Series(dtype=object), "bytes": pd.Series(dtype=np.float64),
+                             "gbps": pd.Series(dtype=np.float64)})
+    ops = frames.device_ops
+    colls = ops[ops["kind"].astype(str) == "collective"]
+    copies = copies.reset_index(drop=True)
+    copies["link"] = copies["kind"].map(bandwidth.LINK_OF_KIND).fillna("other:" + copies["kind"].astype(str))
+    share = bandwidth._collectives_share_copy_links(frames)
+    copies["overlaps"] = bandwidth._overlap_counts(copies, colls if share else colls.iloc[0:0])
+    ref = copies[(copies["overlaps"] == 0) & (copies["bytes"] >= cfg.min_reference_bytes)]
+    return pd.DataFrame({"kind": ref["kind"].astype(str).to_numpy(dtype=object),
+                         "bytes": ref["bytes"].to_numpy(dtype=np.float64), "gbps": ref["gbps"].to_numpy(np.float64)})
+
+
+def bandwidth_reference(partials: list[Partial]) -> pd.DataFrame | None:
+    """The pooled reference copies when the bandwidth analyzer must run again with them (a trace
+    without a preset, in several partitions, with reference copies somewhere), else None."""
+    pools = [p.summaries["bandwidth.reference"] for p in partials if "bandwidth.reference" in p.summaries]
+    if len(partials) < 2 or not pools or not any(len(p) for p in pools):
+        return None
+    return pd.concat(pools, ignore_index=True)
+
+
+_REFERENCE_LOCK = threading.Lock()
+
+
+def _with_reference(frames: Frames, cfg: Any, pool: pd.DataFrame):
+    """The bandwidth analyzer on `frames` with copies judged against `pool` (all ranks' reference
+    copies) instead of the partition's own. Its alone-time function is swapped for the call
+    (under a lock: a worker with several threads runs these one at a time)."""
+    def alone_ns(copies: pd.DataFrame, preset: dict, cfg: Any) -> pd.Series:
+        nbytes = copies["bytes"].to_numpy(dtype=np.float64)
+        out = np.full(len(copies), np.nan)
+        for kind, idx in copies.groupby("kind").groups.items():
+            mine = pool[pool["kind"] == str(kind)]
+            if mine.empty:
+                continue
+            order = np.argsort(mine["bytes"].to_numpy(dtype=np.float64), kind="stable")
+            pb = mine["bytes"].to_numpy(dtype=np.float64)[order]
+            pg = mine["gbps"].to_numpy(dtype=np.float64)[order]
+            pos = copies.index.get_indexer(idx)
+            pos = pos[nbytes[pos] >= cfg.min_reference_bytes]
+            lo = np.searchsorted(pb, nbytes[pos] / cfg.reference_span, side="left")
+            hi = np.searchsorted(pb, nbytes[pos] * cfg.reference_span, side="right")
+            for i, a, b in zip(pos, lo, hi):
+                if b > a:
+                    out[i] = nbytes[i] / float(np.median(pg[a:b]))
+        return pd.Series(out, index=copies.index)
+
+    with _REFERENCE_LOCK:
+        original = bandwidth._alone_ns
+        bandwidth._alone_ns = alone_ns
+        try:
+            return REGISTRY["bandwidth"].fn(frames, cfg)
+        finally:
+            bandwidth._alone_ns = original
 
 
 def reduce_partitions(partials: list[Partial], names: list[str] | None = None,

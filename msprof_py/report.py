@@ -594,12 +594,12 @@ def read_partition(how: str, files: list[str]) -> Trace:
     return Trace(table=table, meta=parts[0].meta)
 
 
-def analyze_partition(part: Partition | Trace, names: list[str] | None, window: str):
+def analyze_partition(part: Partition | Trace, names: list[str] | None, window: str, reference: Any = None):
     """The task of one partition: read it (unless it is given in memory), map the analyzers over it."""
     from analyzers.partitioned import map_partition
 
     trace = part if isinstance(part, Trace) else read_partition(part[1], part[2])
-    return map_partition(trace, names, window=window)
+    return map_partition(trace, names, window=window, reference=reference)
 
 
 def split_by_rank(trace: Trace) -> list[Trace]:
@@ -622,7 +622,7 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
     the same paths), or, without one, on a LocalCluster of `workers` single-threaded worker
     processes started for this run. `progress` (None: only on a terminal and a large input) shows
     a bar of partitions done on stderr (or on the rich `console` given)."""
-    from analyzers.partitioned import reduce_partitions, selected
+    from analyzers.partitioned import bandwidth_reference, reduce_partitions, selected
     from msprof_py import loading
 
     try:
@@ -633,25 +633,34 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
         raise MsprofError("--scheduler and --workers go with --engine dask")
     if not parts:
         raise MsprofError("the trace has no ranks to analyze")
-    with loading.progress_reporter(input_bytes, force=progress, console=console) as bar:
-        bar("analyze", 0, len(parts))
-        if engine == "local":
-            partials = []
-            for i, part in enumerate(parts, 1):
-                partials.append(analyze_partition(part, names, window))
-                bar("analyze", i, len(parts))
-        elif engine == "dask":
-            partials = _on_dask(parts, names, window, scheduler, workers, bar)
-        else:
-            raise MsprofError(f"unknown engine {engine!r}; choose local or dask")
+    with loading.progress_reporter(input_bytes, force=progress, console=console) as bar, \
+            _engine(engine, scheduler, workers, len(parts)) as client:
+        partials = _map(client, parts, names, window, None, bar, "analyze")
+        reference = bandwidth_reference(partials)
+        if reference is not None:
+            # A trace without a device preset: copies are judged against every rank's reference
+            # copies, so the bandwidth analyzer runs once more per partition with the pooled ones.
+            again = _map(client, parts, ["bandwidth"], window, reference, bar, "bandwidth")
+            for p, q in zip(partials, again):
+                for table in ("findings", "metrics", "skipped"):
+                    getattr(p, table).pop("bandwidth", None)
+                    if "bandwidth" in getattr(q, table):
+                        getattr(p, table)["bandwidth"] = getattr(q, table)["bandwidth"]
     return reduce_partitions(partials, names)
 
 
 DASK_MISSING = "the Dask engine needs the dask extra: pip install 'msprof-py[dask]'"
 
 
-def _on_dask(parts: list, names: list[str] | None, window: str, scheduler: str | None, workers: int | None,
-             bar) -> list:
+@contextlib.contextmanager
+def _engine(engine: str, scheduler: str | None, workers: int | None, n_parts: int):
+    """None for the local engine; a Dask client for "dask" (on `scheduler`, or on a LocalCluster of
+    `workers` single-threaded processes started here and closed on exit)."""
+    if engine == "local":
+        yield None
+        return
+    if engine != "dask":
+        raise MsprofError(f"unknown engine {engine!r}; choose local or dask")
     try:
         import distributed
     except ImportError:
@@ -667,17 +676,32 @@ def _on_dask(parts: list, names: list[str] | None, window: str, scheduler: str |
                 raise MsprofError(f"cannot connect to the Dask scheduler {scheduler}: {' '.join(str(exc).split())}",
                                   hint="give its address as tcp://HOST:PORT") from None
         else:
-            n = workers or max(min(os.cpu_count() or 1, len(parts)), 1)
+            n = workers or max(min(os.cpu_count() or 1, n_parts), 1)
             cluster = stack.enter_context(distributed.LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                 silence_logs=logging.ERROR))
             client = stack.enter_context(distributed.Client(cluster))
-        # In-memory partitions (a trace loaded whole) go to the workers as data; partitions on
-        # disk as their file names, read by the worker that runs the task.
-        if parts and isinstance(parts[0], Trace):
-            parts = client.scatter(list(parts))
-        futures = [client.submit(analyze_partition, part, names, window, pure=False) for part in parts]
-        for i, _ in enumerate(distributed.as_completed(futures), 1):
-            bar("analyze", i, len(futures))
-        return [f.result() for f in futures]
-    raise AssertionError("unreachable")
+        yield client
+
+
+def _map(client: Any, parts: list, names: list[str] | None, window: str, reference: Any, bar, stage: str) -> list:
+    """`analyze_partition` over every partition, in order: here one at a time, or one task per
+    partition on the Dask `client` (partitions on disk go as file names, read by the worker that
+    runs the task; partitions in memory go to the workers as data)."""
+    bar(stage, 0, len(parts))
+    if client is None:
+        out = []
+        for i, part in enumerate(parts, 1):
+            out.append(analyze_partition(part, names, window, reference))
+            bar(stage, i, len(parts))
+        return out
+    import distributed
+
+    if parts and isinstance(parts[0], Trace):
+        parts = client.scatter(list(parts))
+    if reference is not None:
+        [reference] = client.scatter([reference], broadcast=True)
+    futures = [client.submit(analyze_partition, part, names, window, reference, pure=False) for part in parts]
+    for i, _ in enumerate(distributed.as_completed(futures), 1):
+        bar(stage, i, len(futures))
+    return [f.result() for f in futures]

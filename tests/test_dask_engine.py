@@ -67,14 +67,14 @@ def where(result):
 
 
 def plain(o):
-    """Metrics with floats to 12 significant digits: a rolling sum over one rank's copies alone
-    (bandwidth in use) can differ from one over all ranks in the last bit."""
+    """Metrics with floats to 12 significant digits (a rolling sum over one rank's copies alone,
+    the bandwidth in use, can differ from one over all ranks in the last bit), NaN as text."""
     if isinstance(o, dict):
         return {k: plain(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
         return [plain(v) for v in o]
-    if isinstance(o, float) and math.isfinite(o) and o:
-        return float(f"{o:.12g}")
+    if isinstance(o, float):
+        return float(f"{o:.12g}") if math.isfinite(o) else str(o)  # NaN == NaN here
     return o
 
 
@@ -204,3 +204,31 @@ def test_communication_matrix_reduced_from_per_rank_summaries(traces):
     got = communication.reduce(parts, Rows(whole).topology, int(whole.meta.origin_ns or 0))
     assert json.dumps(got) == json.dumps(expected)  # same content, same key order
     assert sorted(expected[0], key=int) == [str(r) for r in range(12)]
+
+
+def test_without_a_preset_copies_are_judged_against_every_ranks_reference(tmp_path, cluster):
+    from msprof_py.trace.schema import TraceMeta, build_table
+
+    ms = 1_000_000
+    # Rank 0's 2 MiB copies ran alone (the reference: ~42 GB/s); rank 1's two 4 MiB copies shared
+    # HBM and took 200 us against 100 us alone. Only rank 0 has reference copies: a partition
+    # judged by its own copies alone would find nothing on rank 1.
+    rows = [(0, 1, 5 * ms + i * ms, 50_000, 2 << 20) for i in range(3)]
+    rows += [(1, 2, 1 * ms, 200_000, 4 << 20), (1, 3, 1 * ms, 200_000, 4 << 20)]
+    rows += [(r, 9, 0, 10_000, None) for r in (0, 1)]  # a kernel per rank
+    n = len(rows)
+    cols = {"rank": [r[0] for r in rows], "ph": ["X"] * n,
+            "name": ["Memcpy DtoD" if r[4] else "k" for r in rows], "cat": [None] * n,
+            "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "pid": [r[0] for r in rows],
+            "tid": [r[1] for r in rows], "id": [None] * n, "args": [None] * n, "extra": [None] * n,
+            "kind": ["memcpy" if r[4] else "kernel" for r in rows], "device": [r[0] for r in rows],
+            "stream": [r[1] for r in rows], "corr": [None] * n, "bytes": [r[4] for r in rows],
+            "addr": [None] * n, "value": [None] * n, "step": [None] * n}
+    write_trace(build_table(cols, TraceMeta(source_format="chrome")), tmp_path / "t", partition_by_rank=True)
+    whole = run(read_trace(tmp_path / "t"), ["bandwidth"])
+    assert [(f.code, f.rank, f.lost_ns) for f in whole.findings] == [("BANDWIDTH_CONTENTION", 1, 100_000)]
+    parts = report.rank_partitions(tmp_path / "t")
+    for engine, scheduler in (("local", None), ("dask", cluster.scheduler_address)):
+        res = report.analyze(parts, ["bandwidth"], engine=engine, scheduler=scheduler)
+        assert [f.to_dict() for f in res.findings] == [f.to_dict() for f in whole.findings]
+        assert plain(res.metrics) == plain(whole.metrics)
