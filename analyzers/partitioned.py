@@ -8,6 +8,10 @@ small summary (each rank's collective arrival table and busy times; its link sam
 `reduce_partitions(partials)` then, on the driver, merges the per-rank findings and metrics back
 into the order and shape a whole-trace `run` gives, and runs the cross-rank `reduce` functions
 over the summaries. The result is the `AnalysisResult` of `analyzers.run` on the whole trace.
+Two per-rank analyzers have a cross-rank part, handled here too: bandwidth's LOW_OVERLAP is one
+finding over every rank's overlap row (recomputed from the merged rows), and without a device
+preset its copies are judged against all ranks' reference copies (`bandwidth_reference`: the
+driver pools them and runs bandwidth once more per partition with the pool).
 
 Pure functions of tables and summaries: no file is read here, and nothing here knows where the
 partitions run (in-process or on a cluster): `msprof_py.report` drives them.
