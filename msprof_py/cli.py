@@ -227,6 +227,7 @@ def _print_runs(output: Path) -> None:
 
     from msprof_py import prof_dir
     from msprof_py.summary import format_bytes
+    from msprof_py.trace.units import NS_PER_MS, ms
 
     rows = prof_dir.query(output)
     t = Table(title=f"profiled runs in {output}")
@@ -234,7 +235,7 @@ def _print_runs(output: Path) -> None:
         t.add_column(col, justify="left" if col in ("job", "status") else "right", no_wrap=col == "job")
     for r in rows:
         t.add_row(r["job"], r["status"], *("-" if r[k] is None else str(r[k]) for k in ("devices", "ranks", "steps")),
-                  "-" if r["duration_ms"] is None else f"{r['duration_ms']:.3f} ms",
+                  "-" if r["duration_ms"] is None else ms(r["duration_ms"] * NS_PER_MS),
                   format_bytes(r["size_bytes"]))
     _show(t)
     if not rows:

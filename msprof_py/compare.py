@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from msprof_py.trace.units import mib, ms
+from msprof_py.trace.units import mib, ms, sig
 
 _METRICS = (
     # summary key, label, scale, higher is better, unit shown
@@ -132,9 +132,10 @@ def render_findings(rep: dict[str, Any], title: str) -> Group:
 
 
 def _num(v: Any) -> str:
+    """A metric for people: 3 significant digits (JSON keeps full precision); counts as they are."""
     if v is None:
         return "-"
-    return f"{v:,.3f}" if isinstance(v, float) else f"{v:,}"
+    return sig(v) if isinstance(v, float) else f"{v:,}"
 
 
 def _pct(v: Any) -> str:

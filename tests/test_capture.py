@@ -9,6 +9,7 @@ process (the emulator is deterministic) or from the program's own structure.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -287,7 +288,12 @@ def test_query_lists_the_runs(tmp_path: Path) -> None:
     assert lines[a.name][:4] == ["complete", "1", "1", "2"]
     assert lines[b.name][:4] == ["complete", "4", "4", "1"]
     span = prof_dir.read_status(b)["summary"]["span_ns"]
-    assert lines[b.name][4] == f"{span / 1e6:.3f} ms"
+    # In ms to 3 significant digits: within half a unit of the third digit, and exactly 3 digits shown.
+    shown = lines[b.name][4]
+    assert shown.endswith(" ms")
+    value, exact = float(shown[:-3].replace(",", "")), span / 1e6
+    assert abs(value - exact) <= 0.5 * 10 ** (math.floor(math.log10(exact)) - 2)
+    assert len(shown[:-3].replace(",", "").replace(".", "").lstrip("0")) == 3
     assert [r["job"] for r in prof_dir.query(tmp_path)] == [a.name, b.name]
 
 
