@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 import re
-from operator import attrgetter
 from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
+from msgspec.structs import astuple
 
 from msprof_py.errors import TraceFormatError
 from msprof_py.trace.fields import (
+    ABSENT,
     INT64_MAX,
     UINT64_MAX,
     bad_utf8_offset,
@@ -54,12 +55,13 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
     # their text (the decoder's float_hook), so no precision is lost and no Raw object is made.
     for key in ("ts", "dur", "id"):
         fields.append((key, Any, None))
-    raw = msgspec.Raw | msgspec.UnsetType
-    fields.append(("args", raw, msgspec.UNSET))
+    # A key the event lacks decodes as an empty Raw (no JSON value is empty): a batch's raw
+    # values then join into one buffer as they are, without a per-event test for absence.
+    fields.append(("args", msgspec.Raw, ABSENT))
     # Other keys may be any JSON string ("Trace name", "", "\u00e9"): each gets an attribute
     # name of its own, x0, x1, ..., decoded from the key as it is spelled.
     for i, key in enumerate(extra_keys):
-        fields.append((f"x{i}", raw, msgspec.field(default=msgspec.UNSET, name=key)))
+        fields.append((f"x{i}", msgspec.Raw, msgspec.field(default=ABSENT, name=key)))
     return msgspec.defstruct("ChromeEvent", fields, forbid_unknown_fields=True, gc=False)
 
 
@@ -121,6 +123,10 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
         if not bytes(data).strip():
             raise TraceFormatError(f"{where}: empty file", hint="expected Chrome trace JSON")
         stripped = bytes(data).lstrip()
+    fast = _decode_plain(data, stripped[:1], where, lenient, extras)
+    if fast is not None:
+        _check_span(fast, where)
+        return fast
     top: dict[str, Any] = {}
     try:
         if stripped[:1] == b"{":
@@ -158,6 +164,139 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
     _check_span(raw, where)
     raw.top = top
     return raw
+
+
+#: The key of the event array in an object-form trace, as written when it is plain: unescaped.
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
+#: What separates two events in the array: the end of one object, a comma, the start of the next.
+_BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+#: Bytes of event text per batch on the fast path (about CHUNK_EVENTS events of a Kineto trace).
+CHUNK_BYTES = 2 << 20
+#: Places tried, from the end of the text, for the bracket that closes the event array.
+_END_TRIES = 32
+#: The most text after the event array the fast path looks through for the array's end.
+_TAIL_BYTES = 1 << 20
+#: Cuts tried for one batch: a '}, {' inside a string or a nested value is no place to cut.
+_CUT_TRIES = 8
+
+
+def _decode_plain(data: bytes | bytearray, first: bytes, where: str, lenient: bool,
+                  extras: bool) -> RawEvents | None:
+    """The fast path: split the event array into batches without parsing it first.
+
+    The exact path parses the whole text once to find where each event starts, and then again
+    event by event. Here the array's brackets are found in the text, and it is cut at byte
+    offsets, each cut at the next '}', ',' '{' sequence. Each batch is then proven by its own
+    typed decode: a cut inside a string or a nested value leaves the batch before it
+    unterminated or unbalanced, which no JSON decoder accepts, and the text around the array
+    (the trace's other keys) is proven by its own decode. None whenever anything is not as
+    expected (an unusual layout, bad JSON, a bad event): the exact path then decides, with
+    its own error messages.
+    """
+    layout = _plain_layout(data, first)
+    if layout is None:
+        return None
+    top, start, end = layout
+    pieces: list[RawEvents] = []
+    extra_keys: tuple[str, ...] = _COMMON_EXTRA
+    lo = start
+    try:
+        while lo <= end:
+            # The batch is data[lo:hi]: the separator before it becomes '[' and the one at hi
+            # (a comma, or the array's own ']') becomes ']'.
+            hi = _next_cut(data, lo + CHUNK_BYTES, end)
+            for _ in range(_CUT_TRIES):
+                try:
+                    events, extra_keys = _decode_span(data, lo, hi, where, extra_keys)
+                    break
+                except TraceFormatError:
+                    if hi == end:
+                        raise
+                    hi = _next_cut(data, hi + 1, end)  # the cut was inside a value: the next one
+            else:
+                return None
+            pieces.append(_columns(events, where, lenient, extras))
+            del events
+            lo = hi + 1
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - any surprise: the exact path decides, and says why
+        return None
+    raw = RawEvents.concat(pieces)
+    raw.top = top
+    return raw
+
+
+def _next_cut(data: bytes | bytearray, pos: int, end: int) -> int:
+    """The first comma between two events at or after `pos`, or `end` when there is none."""
+    m = _BETWEEN.search(data, pos, end) if pos < end else None
+    return data.index(b",", m.start()) if m else end
+
+
+def _decode_span(data: bytes | bytearray, lo: int, hi: int, where: str,
+                 extra_keys: tuple[str, ...]) -> tuple[list[Any], tuple[str, ...]]:
+    """The events in data[lo:hi] (a run of comma-separated objects), decoded as one array."""
+    if not isinstance(data, bytearray):
+        events, _skipped, extra_keys = _decode_events(b"[" + data[lo:hi] + b"]", where, False, extra_keys)
+        return events, extra_keys
+    saved = data[lo - 1], data[hi]
+    data[lo - 1], data[hi] = 0x5B, 0x5D  # '[' and ']'
+    view = memoryview(data)
+    try:
+        events, _skipped, extra_keys = _decode_events(view[lo - 1:hi + 1], where, False, extra_keys)
+    finally:
+        view.release()
+        data[lo - 1], data[hi] = saved
+    return events, extra_keys
+
+
+def _plain_layout(data: bytes | bytearray, first: bytes) -> tuple[dict[str, Any], int, int] | None:
+    """(the trace's other top-level keys, start, end) of the event array's text data[start:end]
+    between its brackets, when the text is laid out plainly; None otherwise.
+
+    The key is found as written ("traceEvents", once, with no \\u escape in the text around
+    the array: no other spelling can name it). The closing bracket is a ']' after a '}' where
+    the text around the array, with the array emptied, decodes to the trace's other keys and
+    an empty traceEvents. A bracket in a value after the array can pass that test too (its
+    suffix of the text may close the object as well), but one inside the events cannot (what
+    follows it closes more than the head opened), so the earliest one that passes is taken.
+    Whichever is taken, the decode of the last batch proves it: text cut at any other place
+    is no array of events.
+    """
+    if first == b"{":
+        m = _EVENTS_KEY.search(data)
+        if m is None:
+            return None
+        start = m.end()
+    elif first == b"[":
+        start = data.index(b"[") + 1
+    else:
+        return None
+    head = bytes(data[:start])
+    if b"\\u" in head or head.count(b'"traceEvents"') > (first == b"{"):
+        return None
+    found = None
+    end = len(data)
+    for _ in range(_END_TRIES):
+        end = data.rfind(b"]", start, end)
+        last = data.rfind(b"}", start, end) if end > 0 else -1
+        if last < 0 or len(data) - end > _TAIL_BYTES:
+            break
+        if data[last + 1:end].strip(b" \t\n\r"):
+            continue  # not right after an object
+        tail = bytes(data[end:])
+        if b"\\u" in tail or b'"traceEvents"' in tail:
+            break
+        try:
+            doc = msgspec.json.decode(head + tail)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if first == b"[" and doc == []:
+            found = {}, end
+        elif first == b"{" and isinstance(doc, dict) and doc.get("traceEvents") == []:
+            del doc["traceEvents"]
+            found = doc, end
+    return None if found is None else (found[0], start, found[1])
 
 
 def _check_span(raw: RawEvents, where: str) -> None:
@@ -359,36 +498,38 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
         events = [e for e in events if _well_formed(e)]
         skipped = n - len(events)
         n = len(events)
-    ph_list = list(map(attrgetter("ph"), events))
+    struct = type(events[0]) if n else None
+    fields = struct.__struct_fields__ if struct else _COLUMN_KEYS
+    # Every field as a column in one pass over the events: a tuple per event, transposed. (One
+    # attribute pass per field takes twice the time.)
+    columns = dict(zip(fields, zip(*map(astuple, events)))) if n else dict.fromkeys(fields, ())
+    ph_list = columns["ph"]
     if None in ph_list:
         i = ph_list.index(None)
         raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
-    struct_fields = type(events[0]).__struct_fields__ if n else ()
-    encoded = type(events[0]).__struct_encode_fields__ if n else ()
-    extra_keys = [(attr, key) for attr, key in zip(struct_fields, encoded) if attr not in _COLUMN_KEYS]
-    col = lambda key: list(map(attrgetter(key), events))  # noqa: E731
-    pid, pid_str = ids_to_int(col("pid"), "pid", where)
-    tid, tid_str = ids_to_int(col("tid"), "tid", where)
-    ts_ns, has_ts = times_ns(col("ts"), "ts", where)
+    pid, pid_str = ids_to_int(columns["pid"], "pid", where)
+    tid, tid_str = ids_to_int(columns["tid"], "tid", where)
+    ts_ns, has_ts = times_ns(columns["ts"], "ts", where)
     _check_timed(ph_list, has_ts, where)
-    dur_raw = col("dur")
+    dur_raw = columns["dur"]
     dur_ns, has_dur = times_ns(dur_raw, "dur", where)
     if (dur_ns < 0).any():
         i = int(np.flatnonzero(dur_ns < 0)[0])
         raise TraceFormatError(f"{where}: event {i}: negative 'dur' ({event_text(dur_raw[i])})")
+    other = [(key, columns[attr]) for attr, key in zip(fields, struct.__struct_encode_fields__)
+             if attr not in _COLUMN_KEYS] if struct else []
     return RawEvents(
         ph=pa.array(ph_list, type=pa.string()),
-        name=pa.array(col("name"), type=pa.string()),
-        cat=pa.array(col("cat"), type=pa.string()),
+        name=pa.array(columns["name"], type=pa.string()),
+        cat=pa.array(columns["cat"], type=pa.string()),
         pid=pid,
         tid=tid,
         ts_ns=ts_ns,
         has_ts=has_ts,
         dur_ns=pa.array(dur_ns, mask=~has_dur),
-        id=flow_ids(col("id"), where),
-        args=object_texts(col("args"), "args", where),
-        extra=(extras(events, extra_keys, pid_str, tid_str, where) if keep_extra
-               else pa.nulls(len(events), pa.string())),
+        id=flow_ids(columns["id"], where),
+        args=object_texts(columns["args"], "args", where),
+        extra=extras(other, n, pid_str, tid_str, where) if keep_extra else pa.nulls(n, pa.string()),
         skipped=skipped,
     )
 
@@ -419,8 +560,7 @@ def _well_formed(e: Any) -> bool:
         return False
     # args and the other keys are kept as raw bytes, which msgspec does not check for UTF-8.
     for key in type(e).__struct_fields__[_COLUMN_KEYS.index("args"):]:
-        v = getattr(e, key)
-        if v is not msgspec.UNSET and bad_utf8_offset(bytes(v)) >= 0:
+        if bad_utf8_offset(bytes(getattr(e, key))) >= 0:
             return False
     return True
 

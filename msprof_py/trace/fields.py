@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
-from itertools import repeat
-from operator import attrgetter, is_not
 from typing import Any
 
 import msgspec
@@ -23,6 +22,8 @@ from msprof_py.errors import TraceFormatError
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
+#: What a Raw field of a decoded event holds when the event lacks the key (see chrome.py).
+ABSENT = msgspec.Raw()
 #: Integer microseconds at or beyond this (either sign) do not fit int64 nanoseconds.
 _MAX_US = 2**63 // 1000
 
@@ -66,18 +67,29 @@ def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dic
 
 
 def raw_strings(raws: list[Any]) -> tuple[pa.Array, np.ndarray]:
-    """Raw JSON values as one Arrow binary array (empty where absent) and the presence mask.
+    """Raw JSON values as one Arrow binary array, null where absent (an empty Raw, ABSENT),
+    and the presence mask.
 
     Built straight from the concatenated bytes and their offsets: no per-value Python objects.
     """
-    unset = msgspec.UNSET
-    vals = [r if r is not unset else b"" for r in raws] if unset in raws else raws
-    lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
-    offsets = np.zeros(len(vals) + 1, dtype=np.int64)
+    arr, present, _data = _raw_buffers(raws)
+    return arr, present
+
+
+def _raw_buffers(raws: list[Any]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """raw_strings, plus the concatenated bytes as numpy (the array's data buffer)."""
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    data = b"".join(raws)
+    big = len(data) >= 2**31
+    offsets = np.zeros(n + 1, dtype=np.int64 if big else np.int32)
     np.cumsum(lens, out=offsets[1:])
-    data = b"".join(vals)
-    arr = pa.Array.from_buffers(pa.large_binary(), len(vals), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return arr.cast(pa.binary()) if len(data) < 2**31 else arr, lens > 0
+    present = lens > 0
+    absent = n - int(np.count_nonzero(present))
+    validity = pa.py_buffer(np.packbits(present, bitorder="little")) if absent else None
+    arr = pa.Array.from_buffers(pa.large_binary() if big else pa.binary(), n,
+                                [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=absent)
+    return arr, present, np.frombuffer(data, dtype=np.uint8)
 
 
 def times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -254,40 +266,53 @@ def object_texts(raws: list[Any], key: str, where: str) -> pa.Array:
     """Raw JSON objects (an event's `args`) as strings; null where absent or JSON null.
 
     Anything but an object is an error naming the event: every reader of `args` expects keys.
+    The values are valid JSON already (the decoder checked them), so each one's kind is its
+    first byte, read from the joined buffer: no per-value comparison of strings.
     """
-    arr, present = raw_strings(raws)
-    try:
-        text = arr.cast(pa.string())
-    except pa.ArrowInvalid:
-        i = next(i for i, r in enumerate(raws) if r is not msgspec.UNSET and bad_utf8_offset(bytes(r)) >= 0)
-        raise TraceFormatError(f"{where}: event {i}: '{key}' is not valid UTF-8") from None
-    present &= ~pc.equal(text, "null").to_numpy(zero_copy_only=False)
-    not_object = present & ~pc.starts_with(text, "{").to_numpy(zero_copy_only=False)
+    arr, present, data = _raw_buffers(raws)
+    text = _utf8(arr, raws, f"'{key}' is not valid UTF-8", where)
+    rows = np.flatnonzero(present)
+    if not len(rows):
+        return text
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if arr.type == pa.large_binary() else np.int32)
+    first = data[offsets[rows]]
+    # A 4-byte JSON value that starts with 'n' can only be `null`.
+    null = (first == ord("n")) & (offsets[rows + 1] - offsets[rows] == 4)
+    not_object = ~null & (first != ord("{"))
     if not_object.any():
-        i = int(np.flatnonzero(not_object)[0])
+        i = int(rows[np.argmax(not_object)])
         raise TraceFormatError(f"{where}: event {i}: '{key}' must be an object, got {kind_of(bytes(raws[i])[:1])}")
-    return pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
+    if null.any():
+        present[rows[null]] = False
+        return pc.if_else(pa.array(present), text, pa.scalar(None, pa.string()))
+    return text
+
+
+def _utf8(arr: pa.Array, raws: list[Any], problem: str, where: str) -> pa.Array:
+    """Raw JSON text (binary) as strings; the decoder does not check a Raw value's UTF-8, so
+    this does, naming the first event whose text is not valid."""
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        i = next(i for i, r in enumerate(raws) if bad_utf8_offset(bytes(r)) >= 0)
+        raise TraceFormatError(f"{where}: event {i}: {problem}") from None
 
 
 def is_object_or_null(raw: Any) -> bool:
     """For --lenient: would object_texts accept this raw value?"""
-    return raw is msgspec.UNSET or bytes(raw)[:1] == b"{" or bytes(raw) == b"null"
+    return not len(raw) or bytes(raw)[:1] == b"{" or bytes(raw) == b"null"
 
 
-def extras(events: list[Any], keys: list[tuple[str, str]], pid_str: dict[int, str], tid_str: dict[int, str],
-            where: str) -> pa.Array:
-    """The event's other top-level keys (struct attribute, JSON key) as one JSON object text
-    (values verbatim), or null."""
-    n = len(events)
-    unset = msgspec.UNSET
+def extras(columns: list[tuple[str, Sequence[Any]]], n: int, pid_str: dict[int, str], tid_str: dict[int, str],
+           where: str) -> pa.Array:
+    """The events' other top-level keys, given as (JSON key, raw values) columns, as one JSON
+    object text per event (values verbatim), or null where it has none of them."""
     parts: list[pa.Array] = []
-    for attr, key in keys:
-        vals = list(map(attrgetter(attr), events))
-        if vals.count(unset) == len(vals):
+    for key, raws in columns:
+        if raws.count(ABSENT) == n:  # identity comparisons only: cheap for a key seldom seen
             continue
-        rows = np.flatnonzero(np.fromiter(map(is_not, vals, repeat(unset)), dtype=bool, count=len(vals))).tolist()
-        if rows:
-            parts.append(keyed(key, [vals[i] for i in rows], rows, n))
+        values, _present = raw_strings(raws)  # '"key":value' where the event has the key, null elsewhere
+        parts.append(pc.binary_join_element_wise(_prefix(key), values, b""))
     for key, strs in (("pid", pid_str), ("tid", tid_str)):
         if strs:
             parts.append(keyed(key, [msgspec.json.encode(v) for v in strs.values()], list(strs), n))
@@ -297,21 +322,23 @@ def extras(events: list[Any], keys: list[tuple[str, str]], pid_str: dict[int, st
     for p in parts[1:]:
         both = pc.binary_join_element_wise(body, p, b",")  # null where either is null
         body = pc.coalesce(both, body, p)
-    anyp = pc.is_valid(body)
+    # Null where the event has none of the keys (the join of a null is null).
     text = pc.binary_join_element_wise(pa.scalar(b"{"), body, pa.scalar(b"}"), b"")
     try:
-        text = text.cast(pa.string())
+        return text.cast(pa.string())
     except pa.ArrowInvalid:
         i = next(i for i, v in enumerate(text.to_pylist()) if v is not None and bad_utf8_offset(v) >= 0)
         raise TraceFormatError(f"{where}: event {i}: a field is not valid UTF-8") from None
-    return pc.if_else(anyp, text, pa.scalar(None, pa.string()))
+
+
+def _prefix(key: str) -> pa.Scalar:
+    return pa.scalar(msgspec.json.encode(key) + b":", pa.binary())
 
 
 def keyed(key: str, values: list[Any], rows: list[int], n: int) -> pa.Array:
     """A length-n binary array: '"key":value' at `rows`, null elsewhere."""
-    prefix = msgspec.json.encode(key) + b":"
     subset, _ = raw_strings(values)
-    joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), subset, b"")
+    joined = pc.binary_join_element_wise(_prefix(key), subset, b"")
     where = np.full(n, -1, dtype=np.int64)
     where[rows] = np.arange(len(rows))
     return joined.take(pa.array(where, mask=where < 0))
