@@ -81,7 +81,7 @@ class RawEvents:
         """The verbatim `args` JSON text of rows `idx`."""
         return self.args.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
 
-    def args_array_json(self, idx: np.ndarray | list[int]) -> bytes:
+    def args_array_json(self, idx: np.ndarray | list[int]) -> bytes | bytearray:
         """The `args` of rows `idx` as one JSON array text (`{}` for rows without args), built
         in Arrow without a Python string per row: msgspec then decodes all of them at once."""
         idx = np.asarray(idx, dtype=np.int64)
@@ -94,16 +94,25 @@ class RawEvents:
         for c, lo, hi in zip(chunks, bounds[:-1], bounds[1:]):
             sel = idx[(idx >= lo) & (idx < hi)] - lo
             if len(sel):
-                parts.append(_joined(c.take(pa.array(sel)).fill_null("{}")))
-        return b"[" + b",".join(parts) + b"]"
+                parts.append(_with_commas(c.take(pa.array(sel)).fill_null("{}")))
+        # '[' + each text followed by ',' + ']' in place of the last comma: one copy in all.
+        out = bytearray(1 + sum(len(p) for p in parts))
+        out[0] = 0x5B  # '['
+        at = 1
+        for p in parts:
+            out[at:at + len(p)] = p
+            at += len(p)
+        out[-1] = 0x5D  # ']'
+        return out
 
     def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
 
 
-def _joined(texts: pa.Array) -> bytes:
-    """Non-null strings joined with ',' into one bytes object, via Arrow buffers."""
-    with_sep = pc.binary_join_element_wise(texts, pa.scalar(","), "").cast(pa.large_binary())
-    offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64)
+def _with_commas(texts: pa.Array) -> memoryview:
+    """The non-null strings, each followed by ',', as one view of an Arrow buffer (no copy)."""
+    with_sep = pc.binary_join_element_wise(texts, pa.scalar(","), "")
+    wide = pa.types.is_large_string(with_sep.type) or pa.types.is_large_binary(with_sep.type)
+    offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64 if wide else np.int32)
     first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
-    return with_sep.buffers()[2].to_pybytes()[first:last - 1]
+    return memoryview(with_sep.buffers()[2])[first:last]

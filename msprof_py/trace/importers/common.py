@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from operator import attrgetter
 from typing import Any, Callable
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec.structs import astuple
 
 from msprof_py.trace.raw import RawEvents
 from msprof_py.trace.schema import KINDS
@@ -165,8 +165,8 @@ def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str,
     blob = raw.args_array_json(idx)
     try:
         rows = msgspec.json.decode(blob, type=list[strict])
-        return {out: pa.array(list(map(attrgetter(f"f{i}"), rows)), type=pa.int64())
-                for i, out in enumerate(keys)}
+        values = list(zip(*map(astuple, rows))) if rows else [()] * len(keys)  # one pass: a column per key
+        return {out: pa.array(col, type=pa.int64()) for out, col in zip(keys, values)}
     except (msgspec.ValidationError, OverflowError):
         loose = msgspec.defstruct("AnyArgs", [(f, Any, d) for f, _t, d in fields], gc=False)
         rows = decode_args_texts([t or "{}" for t in raw.args_of(idx)], loose)
@@ -213,13 +213,13 @@ def to_int(v: Any) -> int | None:
     return None
 
 
-def flow_ids_as_int(raw: RawEvents, idx: np.ndarray) -> np.ndarray:
-    """Flow ids of rows `idx` as int64 where they are integers that fit (object array, None else)."""
-    texts = raw.ids_of(idx)
+def flow_ids_as_int(raw: RawEvents, idx: np.ndarray) -> pa.Array:
+    """Flow ids of rows `idx` as int64 where they are integers that fit, null else."""
+    texts = raw.take("id", idx)
     try:
-        return np.array(pa.array(texts, type=pa.string()).cast(pa.int64()).to_pylist(), dtype=object)
+        return texts.cast(pa.int64())  # one Arrow cast; per id in Python only when one is odd
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return np.array([to_int(x) for x in texts], dtype=object)
+        return pa.array([to_int(x) for x in texts.to_pylist()], type=pa.int64())
 
 
 def base_kinds(raw: RawEvents, typed: Typed) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -333,11 +333,15 @@ def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device
     corr, corr_ok = typed.get("corr")
     step_data, step_ok = typed.get("step")
     launch = np.flatnonzero(host & corr_ok & step_ok & (typed.kind == "launch"))
-    lookup = dict(zip(corr[launch].tolist(), step_data[launch].tolist()))
-    via = np.array([lookup.get(c) if ok_ else None for c, ok_ in
-                    zip(corr[dev_idx].tolist(), corr_ok[dev_idx].tolist())], dtype=object)
-    has = np.array([v is not None for v in via], dtype=bool)
-    typed.set("step", dev_idx[has], via[has].astype(np.int64))
+    # The step of the launch with the task's correlation id (the last such launch, in row order).
+    keys = corr[launch]
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    last = np.append(keys[1:] != keys[:-1], True) if len(keys) else np.zeros(0, dtype=bool)
+    keys, steps_of = keys[last], step_data[launch][order][last]
+    at = np.minimum(np.searchsorted(keys, corr[dev_idx]), max(len(keys) - 1, 0))
+    has = corr_ok[dev_idx] & (keys[at] == corr[dev_idx] if len(keys) else False)
+    typed.set("step", dev_idx[has], steps_of[at[has]].astype(np.int64))
     rest = dev_idx[~has]
     num, ok = containing(raw.ts_ns[rest])
     typed.set("step", rest[ok], num[ok])

@@ -212,8 +212,8 @@ class _Ac2g:
         raw = self.raw
         rows = np.flatnonzero(raw.is_in("ph", ("s", "f")) & raw.is_in("cat", ("ac2g",)))
         ids = common.flow_ids_as_int(raw, rows)
-        ok = np.array([i is not None for i in ids], dtype=bool)
-        rows, ids = rows[ok], ids[ok].astype(np.int64)
+        ok = ids.is_valid().to_numpy(zero_copy_only=False)
+        rows, ids = rows[ok], ids.fill_null(0).to_numpy(zero_copy_only=False)[ok]
         is_start = raw.is_in("ph", ("s",))[rows]
         # Only flows with both ends link a launch to its task; a lone "f" marks a call that
         # enqueued nothing (a synchronize, an event query).
