@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from msprof_py.errors import MsprofError
 from msprof_py.trace.atomic import atomic_file, file_mode
 from msprof_py.trace.ground_truth import write_ground_truth
-from msprof_py.trace.parquet import read_trace, write_parquet_file, write_trace
+from msprof_py.trace.parquet import parquet_writer, read_trace, read_trace_meta, write_trace
 from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, Trace, arrow_schema, canonical_dictionaries
 
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([A-Z]{16})$")
@@ -122,31 +122,53 @@ def write_raw(trace: Trace, prof: str | Path) -> list[Path]:
     return written
 
 
-def write_raw_rank(trace: Trace, prof: str | Path) -> list[Path]:
-    """Add one rank's rows (all of `trace`) to `host/data` and `device_{d}/data`, a file at a time
-    (each written atomically): a streamed run is laid out rank by rank, never whole in memory."""
-    prof = Path(prof)
-    t = trace.table
-    if not len(t):
-        return []
-    ranks = pc.unique(t.column("rank")).to_pylist()
-    if len(ranks) != 1:
-        raise ValueError(f"write_raw_rank takes one rank's rows, got ranks {sorted(ranks)}")
-    table = t.replace_schema_metadata(arrow_schema(trace.meta).metadata)
-    targets = _targets(t)
-    written = []
-    for target in sorted(set(targets.tolist())):
-        where = prof / ("host" if target < 0 else f"device_{target}") / "data" / f"rank={ranks[0]}"
-        where.mkdir(parents=True, exist_ok=True)
-        with atomic_file(where / "part-0.parquet") as tmp:
-            write_parquet_file(table.filter(pa.array(targets == target)), tmp)
-        written.append(where / "part-0.parquet")
-    return written
+def write_raw_rank(path: str | Path, prof: str | Path) -> dict[str, Any]:
+    """Lay out one rank's trace file (a streamed run's `rank=R/part-0.parquet`) in `host/data`
+    and `device_{d}/data`, a row group at a time: memory holds one row group, not the rank
+    (a rank can hold a large share of a job: rank 0 records the links of the whole cluster).
+    Each output file is written to a temporary name and renamed when complete. Returns the
+    rank's summary_part."""
+    path, prof = Path(path), Path(prof)
+    keys = read_trace(path, columns=["rank", "pid", "kind", "device"])  # checks the file, and small
+    ranks = pc.unique(keys.table.column("rank")).to_pylist()
+    if len(ranks) > 1:
+        raise ValueError(f"{path}: write_raw_rank takes one rank's file, this one holds ranks {sorted(ranks)}")
+    owner = _owners(keys.table)
+    del keys
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    meta = read_trace_meta(pf, where=str(path))
+    schema = arrow_schema(meta)
+    writers: dict[int, tuple[Any, Path, Path]] = {}
+    parts = []
+    try:
+        for i in range(pf.num_row_groups):
+            group = pf.read_row_group(i).select(list(COLUMN_NAMES))
+            parts.append(summary_part(Trace(table=group, meta=meta)))
+            targets = _map_owner(group.column("pid").to_numpy(), owner)
+            for target in sorted(set(targets.tolist())):
+                if target not in writers:
+                    where = prof / ("host" if target < 0 else f"device_{target}") / "data" / f"rank={ranks[0]}"
+                    where.mkdir(parents=True, exist_ok=True)
+                    tmp = where / ".part-0.parquet.tmp"
+                    writers[target] = (parquet_writer(tmp, schema), tmp, where / "part-0.parquet")
+                writers[target][0].write_table(group.filter(pa.array(targets == target)).cast(schema))
+        for writer, tmp, final in writers.values():
+            writer.close()
+            os.chmod(tmp, file_mode())
+            os.replace(tmp, final)
+    finally:
+        for writer, tmp, _final in writers.values():
+            if tmp.exists():
+                writer.close()
+                tmp.unlink()
+    return merge_parts(parts)
 
 
-def _targets(t: pa.Table) -> np.ndarray:
-    """Device id each row belongs to (-1: host). A process that ran device tasks or holds device
-    counters is that device's; all of its rows (names, counters, waits) go with it."""
+def _owners(t: pa.Table) -> Any:
+    """pid -> device id: a process that ran device tasks or holds device counters is that
+    device's; all of its rows (names, counters, waits) go with it."""
     kinds = t.column("kind").combine_chunks()
     names = np.array(kinds.dictionary.to_pylist(), dtype=object)[np.asarray(kinds.indices)] if len(t) else \
         np.array([], dtype=object)
@@ -155,8 +177,19 @@ def _targets(t: pa.Table) -> np.ndarray:
     import pandas as pd  # here, not at the top: reading a PROF dir (`info`) must not pay for pandas
 
     marks = np.isin(names, (*DEVICE_KINDS, "counter")) & (device >= 0)
-    owner = pd.Series(device[marks]).groupby(pid[marks]).first()
+    return pd.Series(device[marks]).groupby(pid[marks]).first()
+
+
+def _map_owner(pid: np.ndarray, owner: Any) -> np.ndarray:
+    """Device id each row belongs to (-1: host), by its pid."""
+    import pandas as pd
+
     return pd.Series(pid).map(owner).fillna(-1).astype(np.int64).to_numpy()
+
+
+def _targets(t: pa.Table) -> np.ndarray:
+    """Device id each row of `t` belongs to (-1: host)."""
+    return _map_owner(t.column("pid").to_numpy(), _owners(t))
 
 
 def raw_dirs(prof: str | Path) -> list[Path]:
@@ -253,14 +286,21 @@ def summary_part(trace: Trace) -> dict[str, Any]:
             "start": int(ts.min()) if len(ts) else None, "end": int(end.max()) if len(ts) else None}
 
 
-def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """run_summary of a run from the summary_part of each of its pieces."""
+def merge_parts(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary_part of the rows of all `parts` together."""
     starts = [p["start"] for p in parts if p["start"] is not None]
     ends = [p["end"] for p in parts if p["end"] is not None]
-    return {"events": sum(p["events"] for p in parts), "ranks": len(set().union(*(p["ranks"] for p in parts))),
-            "devices": len(set().union(*(p["devices"] for p in parts))),
-            "steps": len(set().union(*(p["steps"] for p in parts))),
-            "span_ns": max(ends) - min(starts) if starts else 0}
+    return {"events": sum(p["events"] for p in parts), "ranks": set().union(*(p["ranks"] for p in parts)),
+            "devices": set().union(*(p["devices"] for p in parts)), "steps": set().union(*(p["steps"] for p in parts)),
+            "start": min(starts) if starts else None, "end": max(ends) if ends else None}
+
+
+def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """run_summary of a run from the summary_part of each of its pieces."""
+    whole = merge_parts(parts)
+    span = whole["end"] - whole["start"] if whole["start"] is not None else 0
+    return {"events": whole["events"], "ranks": len(whole["ranks"]), "devices": len(whole["devices"]),
+            "steps": len(whole["steps"]), "span_ns": span}
 
 
 _DESCRIBE = [
@@ -350,10 +390,7 @@ def finish_streamed(prof: str | Path, streamed: str | Path, *, ground_truth: dic
     files = sorted(streamed.glob("rank=*/*.parquet"), key=lambda f: int(f.parent.name.split("=", 1)[1]))
     parts = []
     for i, f in enumerate(files):
-        rank_trace = read_trace(f)
-        write_raw_rank(rank_trace, prof)
-        parts.append(summary_part(rank_trace))
-        del rank_trace
+        parts.append(write_raw_rank(f, prof))
         if progress is not None:
             progress(i + 1, len(files))
     shutil.rmtree(streamed)

@@ -118,6 +118,22 @@ def parquet_options(columns: list[str]) -> dict:
             "write_statistics": [c for c in columns if c not in NO_STATISTICS_COLUMNS]}
 
 
+def parquet_writer(path: str | Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer of trace rows (`schema`: arrow_schema(meta), the metadata with it) with
+    the options write_trace uses, for a file written a part at a time."""
+    return pq.ParquetWriter(path, schema, **parquet_options(schema.names))
+
+
+def read_trace_meta(pf: pq.ParquetFile, *, where: str) -> TraceMeta:
+    """The TraceMeta of an open trace file (footer metadata first: a streamed file gets it there
+    when it is closed)."""
+    md = (pf.metadata.metadata or {}).get(META_KEY) or (pf.schema_arrow.metadata or {}).get(META_KEY)
+    if md is None:
+        raise TraceFormatError(f"{where}: Parquet file has no msprof-py metadata",
+                               hint="is this an msprof-py trace table?")
+    return _meta_from(md, where=where)
+
+
 def write_parquet_file(table: pa.Table, path: str | Path) -> None:
     """One trace table (or part of one) as one Parquet file, with the trace's writer options."""
     pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.column_names))
@@ -135,12 +151,7 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
     for f in files:
         try:
             pf = pq.ParquetFile(f)
-            # The footer's key-value metadata first: a streamed file gets its metadata there when
-            # it is closed (its Arrow schema was written when it was opened).
-            md = (pf.metadata.metadata or {}).get(META_KEY) or (pf.schema_arrow.metadata or {}).get(META_KEY)
-            if md is None:
-                raise TraceFormatError(f"{f}: Parquet file has no msprof-py metadata",
-                                       hint="is this an msprof-py trace table?")
+            file_meta = read_trace_meta(pf, where=str(f))
             if columns is not None:
                 _check_subset(pf.schema_arrow, None, where=str(f))  # before a read of a missing column
             t = pf.read(columns=columns)
@@ -151,7 +162,7 @@ def read_trace(path: str | Path, *, columns: list[str] | None = None) -> Trace:
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise TraceFormatError(f"{f}: not a readable Parquet file ({_short(exc)})") from None
         if meta is None:
-            meta = _meta_from(md, where=str(f))
+            meta = file_meta
         if columns is not None:
             _check_subset(pf.schema_arrow, t, where=str(f))
         tables.append(t)
