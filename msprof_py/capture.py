@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from msprof_py import __version__, prof_dir
 from msprof_py.capture_agent import BOOT_DIR, ENV_DIR, ENV_FLUSH_S
 from msprof_py.errors import MsprofError
+from msprof_py.loading import progress_reporter
 from msprof_py.trace import read_trace
 from runtime_emu.recorder import Switches
 
@@ -257,8 +258,8 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     ground_truth.json unless `ground_truth=False`).
 
     `stream`: the trace goes to disk while the scenario runs (runtime_emu's streaming writer,
-    one file per rank) and is then laid out in the PROF dir one rank at a time, so memory
-    holds what is still running and one rank's rows, never the whole trace. `exports=False`
+    one file per rank) and is then laid out in the PROF dir a row group at a time, so memory
+    holds what is still running and one row group, never the whole trace. `exports=False`
     skips mindstudio_profiler_output/ (the timeline and summaries need the whole table;
     `msprof-py --export=on` writes them later)."""
     from runtime_emu import scenarios
@@ -273,30 +274,38 @@ def emulate(scenario: str, output: str | Path, *, problems: Iterable[str] = (), 
     if not ground_truth and cfg.switches:
         raise MsprofError("--ground-truth off cannot be used with --switch: injected problems are described "
                           "from the ground truth", hint="drop the --switch options or keep --ground-truth on")
-    warn_if_slow(spec.size(cfg) if spec.size is not None else 0)
+    size = spec.size(cfg) if spec.size is not None else 0
+    warn_if_slow(size)
     prof = prof_dir.new_prof_dir(output)
     streamed = prof / prof_dir.STAGING_DIR / "trace" if stream else None
     if streamed is not None:
         streamed.parent.mkdir()
-    try:
-        result = scenarios.run_configured(spec, cfg, record=switches, trace_path=streamed, ground_truth=ground_truth)
-    except BaseException:
-        shutil.rmtree(prof / prof_dir.STAGING_DIR, ignore_errors=True)
-        raise
     known = scenarios.all_params(spec)
     command = " ".join(["emulate", scenario, *(f"--switch {p}" for p in sorted(cfg.switches)),
                         *(f"--param {k}={known[k].text(v)}" for k, v in sorted((params or {}).items())),
                         f"--seed {seed}", f"--steps {cfg.steps}", f"--ranks {cfg.ranks}",
                         *(["--stream"] if stream else []), *([] if exports else ["--export off"]),
                         *([] if ground_truth else ["--ground-truth off"])])
-    prof_dir.write_status(prof, {"source": "emulate", "command": command, "switches": asdict(switches),
-                                 "started": prof_dir.now_iso(), "msprof_py": __version__, "exit_code": 0})
-    truth = result.ground_truth if ground_truth else None
-    if streamed is not None:
+    # A progress bar on a terminal for a large run: rank 0's steps, then (streamed) each rank's layout.
+    with progress_reporter(0, force=size > LARGE_RUN_EVENTS and sys.stderr.isatty()) as update:
+        def step_done(rank: int, n: int) -> None:
+            if rank == 0:
+                update("steps", n + 1, cfg.steps)
+
+        try:
+            result = scenarios.run_configured(spec, cfg, record=switches, trace_path=streamed,
+                                              ground_truth=ground_truth, on_step_end=step_done)
+        except BaseException:
+            shutil.rmtree(prof / prof_dir.STAGING_DIR, ignore_errors=True)
+            raise
+        prof_dir.write_status(prof, {"source": "emulate", "command": command, "switches": asdict(switches),
+                                     "started": prof_dir.now_iso(), "msprof_py": __version__, "exit_code": 0})
+        truth = result.ground_truth if ground_truth else None
+        if streamed is None:
+            return prof_dir.finish(prof, result.trace, ground_truth=truth, exports=exports,
+                                   status=prof_dir.COMPLETE, reasons=[])
         assert result.trace_path == streamed, "a streamed run leaves its trace where it was streamed"
         prof_dir.finish_streamed(prof, streamed, ground_truth=truth, exports=exports, status=prof_dir.COMPLETE,
-                                 reasons=[])
+                                 reasons=[], progress=lambda done, total: update("layout", done, total))
         shutil.rmtree(prof / prof_dir.STAGING_DIR, ignore_errors=True)
         return prof
-    return prof_dir.finish(prof, result.trace, ground_truth=truth, exports=exports, status=prof_dir.COMPLETE,
-                           reasons=[])

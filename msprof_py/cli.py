@@ -597,8 +597,8 @@ def emulate_cmd(
     memory: MemoryOpt = None,
     sys_hardware_mem: SysHardwareMemOpt = None,
     stream: Annotated[bool, typer.Option(
-        "--stream", help="Write the trace while the scenario runs and lay it out one rank at a time: memory "
-                         "holds what is running and one rank's rows, not the whole trace (large runs).")] = False,
+        "--stream", help="Write the trace while the scenario runs and lay it out a row group at a time: "
+                         "memory holds what is running, not the whole trace (large runs).")] = False,
     export_mode: Annotated[OnOff, typer.Option(
         "--export", help="Write mindstudio_profiler_output/ (timeline, summaries: they read the whole trace; "
                          "off for large runs, `--export=on --output=PROF` later).")] = OnOff.on,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import random
 from pathlib import Path
-from typing import Any, Final, Iterator
+from typing import Any, Callable, Final, Iterator
 
 import greenlet
 
@@ -116,6 +116,9 @@ class Runtime:
         #: Starts of the ProfilerStep ranges still open (their rows are recorded at the end).
         self.open_steps: list[int] = []
         self.finished = False
+        #: Called as hook(rank, n) when a thread of `rank` ends its step n (a profiler's progress
+        #: bar, say); the runtime knows nothing of who listens.
+        self.on_step_end: list[Callable[[int, int], None]] = []
         #: Streaming the trace out while running: the writer (cuts decide when to hand it rows).
         if trace_writer is None and trace_path is not None:
             from msprof_py.trace.writer import TraceWriter
@@ -298,6 +301,8 @@ class Runtime:
             th.step = outer
             self.open_steps.remove(t0)
             self.rows.step(th, n, t0)
+            for hook in self.on_step_end:
+                hook(th.rank, n)
 
     def host_work(self, name: str, duration_ns: Any, kind: str = "host_work") -> None:
         """Host-side computation the device waits on: the thread is busy for duration_ns.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from runtime_emu.presets import PRESETS, Preset
 from runtime_emu.presets import preset as get_preset
@@ -86,9 +86,10 @@ def run(name: str, *, switches: Iterable[str] = (), seed: int = 0, steps: int | 
 
 def run_configured(scenario: Scenario, cfg: Config, *, record: Switches | None = None,
                    trace_path: str | Path | None = None, trace_cut_tasks: int | None = None,
-                   ground_truth: bool = True) -> EmuResult:
+                   ground_truth: bool = True, on_step_end: Callable[[int, int], None] | None = None) -> EmuResult:
     """Run `scenario` as `configure` set it up (`cfg`); the rest as `run` takes it.
-    `ground_truth=False` keeps none (Runtime's option; problems need it, so none may be on)."""
+    `ground_truth=False` keeps none (Runtime's option; problems need it, so none may be on).
+    `on_step_end(rank, n)`: called as each thread ends its step n (Runtime.on_step_end)."""
     if not ground_truth and cfg.switches:
         raise ValueError("a run without ground truth cannot inject problems (they are described from it): "
                          f"drop {', '.join(sorted(cfg.switches))} or keep the ground truth")
@@ -100,6 +101,8 @@ def run_configured(scenario: Scenario, cfg: Config, *, record: Switches | None =
         if trace_cut_tasks is not None:
             options["trace_cut_tasks"] = trace_cut_tasks
     rt = Runtime(seed=cfg.seed, preset=cfg.preset, switches=record, ground_truth=ground_truth, **options)
+    if on_step_end is not None:
+        rt.on_step_end.append(on_step_end)
     scenario.program(rt, cfg)
     cfg.problems.flush(rt)
     return rt.finish()
