@@ -129,3 +129,27 @@ def test_real_traces_are_exact_in_small_batches(real_traces: Path, monkeypatch):
     for path in sorted(real_traces.glob("*/*.json*")):
         data = bytes(read_bytes(path))
         assert same(outcome(bytearray(data)), exact(data, monkeypatch)), path.name
+
+
+def test_extra_keys_are_kept_verbatim_whatever_their_mix(small_batches, monkeypatch):
+    """Other keys in any mix per event (and string pids/tids) land in `extra` as the event had them."""
+    keys = ["bp", "s", "cname", "é key", "args2"]
+    events = []
+    for i in range(120):
+        e = ev(i)
+        for j, k in enumerate(keys):
+            if (i >> j) & 1:
+                e[k] = {"n": i, "t": "ü"} if k == "args2" else f"v{i}"
+        if i % 7 == 0:
+            e["pid"] = "Spans"
+        if i % 11 == 0:
+            e["tid"] = "thread é"
+        events.append(e)
+    data = trace(events)
+    got = import_bytes(data)
+    assert got.equals(exact(data, monkeypatch))
+    table = got.table.sort_by([("ts", "ascending")])
+    for e, text in zip(events, table.column("extra").to_pylist()):
+        want = {k: v for k, v in e.items() if k in keys}
+        want.update({k: e[k] for k in ("pid", "tid") if isinstance(e[k], str)})
+        assert (json.loads(text) if text is not None else {}) == want
