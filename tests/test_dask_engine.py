@@ -10,6 +10,7 @@ import math
 import sys
 
 import distributed
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -92,6 +93,22 @@ def test_local_and_dask_engines_give_the_whole_trace_findings(traces, cluster, c
     assert local.skipped == on_dask.skipped == whole.skipped == {}
     assert plain(local.metrics) == plain(on_dask.metrics) == plain(whole.metrics)
     assert local.platform == on_dask.platform == whole.platform == "ascend"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_local_batches_of_a_few_ranks_give_the_whole_trace_findings(traces, case, monkeypatch):
+    """The local engine groups consecutive ranks up to a row budget: with a budget of about two
+    ranks' rows, batches of 1-3 ranks must still give the whole trace's findings."""
+    whole = run(read_trace(traces[case]))
+    parts = report.rank_partitions(traces[case])
+    rows = [sum(pq.ParquetFile(f).metadata.num_rows for f in p[2]) for p in parts]
+    monkeypatch.setattr(report, "LOCAL_BATCH_ROWS", 2 * max(rows[1:]) + 1)
+    batches = report.local_batches(parts)
+    assert 1 < len(batches) < len(parts) and max(map(len, batches)) >= 2
+    assert [p for b in batches for p in b] == parts
+    local = report.analyze(parts, engine="local")
+    assert [f.to_dict() for f in local.findings] == [f.to_dict() for f in whole.findings]
+    assert plain(local.metrics) == plain(whole.metrics)
 
 
 def test_slow_rank_reduced_from_arrival_tables(traces):
