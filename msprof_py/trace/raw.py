@@ -59,12 +59,21 @@ class RawEvents:
     def _codes(self, column: str) -> tuple[np.ndarray, list[Any]]:
         cache = self.__dict__.setdefault("_code_cache", {})
         if column not in cache:
-            enc = pc.dictionary_encode(getattr(self, column))
-            if isinstance(enc, pa.ChunkedArray):
-                enc = enc.unify_dictionaries().combine_chunks()
+            enc = self.encoded(column)
             values = enc.dictionary.to_pylist()
             # Nulls point past the dictionary, at the trailing False of every mask.
             cache[column] = (enc.indices.fill_null(len(values)).to_numpy().astype(np.int64), values)
+        return cache[column]
+
+    def encoded(self, column: str) -> pa.DictionaryArray:
+        """`column` (ph, name, cat) dictionary-encoded, once: the masks above and the table's
+        own dictionary column are both made from it."""
+        cache = self.__dict__.setdefault("_encoded", {})
+        if column not in cache:
+            enc = pc.dictionary_encode(getattr(self, column))
+            if isinstance(enc, pa.ChunkedArray):
+                enc = enc.unify_dictionaries().combine_chunks()
+            cache[column] = enc
         return cache[column]
 
     def release(self) -> None:
@@ -72,6 +81,7 @@ class RawEvents:
         for k in ("ph", "name", "cat", "dur_ns", "id", "args", "extra", "pid", "tid", "ts_ns", "has_ts"):
             setattr(self, k, None)
         self.__dict__.pop("_code_cache", None)
+        self.__dict__.pop("_encoded", None)
 
     def take(self, column: str, idx: np.ndarray | list[int]) -> pa.Array:
         """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra)."""
@@ -94,25 +104,17 @@ class RawEvents:
         for c, lo, hi in zip(chunks, bounds[:-1], bounds[1:]):
             sel = idx[(idx >= lo) & (idx < hi)] - lo
             if len(sel):
-                parts.append(_with_commas(c.take(pa.array(sel)).fill_null("{}")))
-        # '[' + each text followed by ',' + ']' in place of the last comma: one copy in all.
-        out = bytearray(1 + sum(len(p) for p in parts))
-        out[0] = 0x5B  # '['
-        at = 1
-        for p in parts:
-            out[at:at + len(p)] = p
-            at += len(p)
-        out[-1] = 0x5D  # ']'
+                parts.append(c.take(pa.array(sel)).fill_null("{}").cast(pa.large_string()))
+        texts = pa.concat_arrays(parts)
+        # All of them as one list, joined by ',' in one Arrow call; then '[' ... ']' around.
+        joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(texts)], pa.int64()), texts),
+                                pa.scalar(",", pa.large_string()))
+        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64)
+        first, last = int(offsets[joined.offset]), int(offsets[joined.offset + 1])
+        out = bytearray(last - first + 2)
+        out[0], out[-1] = 0x5B, 0x5D  # '[' and ']'
+        out[1:-1] = memoryview(joined.buffers()[2])[first:last]
         return out
 
     def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
-
-
-def _with_commas(texts: pa.Array) -> memoryview:
-    """The non-null strings, each followed by ',', as one view of an Arrow buffer (no copy)."""
-    with_sep = pc.binary_join_element_wise(texts, pa.scalar(","), "")
-    wide = pa.types.is_large_string(with_sep.type) or pa.types.is_large_binary(with_sep.type)
-    offsets = np.frombuffer(with_sep.buffers()[1], dtype=np.int64 if wide else np.int32)
-    first, last = int(offsets[with_sep.offset]), int(offsets[with_sep.offset + len(with_sep)])
-    return memoryview(with_sep.buffers()[2])[first:last]

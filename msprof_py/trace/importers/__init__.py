@@ -177,8 +177,10 @@ def raw_columns(raw: RawEvents, origin: int, analysis_only: bool = False) -> dic
     text = {"args": raw.args, "extra": raw.extra}
     if analysis_only:  # not sorted nor kept: nothing downstream reads them
         text = {k: pa.nulls(len(raw), pa.string()) for k in text}
+    # The table stores ph, name and cat dictionary-encoded: the importer's encodings serve.
+    ph, name, cat = (raw.encoded(k) for k in ("ph", "name", "cat"))
     return {
-        "ph": raw.ph, "name": raw.name, "cat": raw.cat, "ts": ts, "dur": raw.dur_ns,
+        "ph": ph, "name": name, "cat": cat, "ts": ts, "dur": raw.dur_ns,
         "pid": raw.pid, "tid": raw.tid, "id": raw.id, **text,
     }
 
