@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from array import array
 from collections.abc import Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
@@ -48,6 +49,12 @@ def synthetic_id(text: str) -> int:
 
 def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dict[int, str]]:
     """Integer pids/tids as int64; strings get a synthetic id and are remembered for `extra`."""
+    try:
+        # All ints, the usual case: array('q') takes ints only (no None, no str, no float, and
+        # the decoder gives no bool for `int | str | None`), in half the time of pa.array.
+        return np.frombuffer(array("q", values), dtype=np.int64), {}
+    except (TypeError, OverflowError):
+        pass
     try:
         return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), {}
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
