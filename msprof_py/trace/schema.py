@@ -213,23 +213,20 @@ def canonical_dictionary(arr: pa.Array) -> pa.DictionaryArray:
     columns compare equal whatever dictionary they were built or read with."""
     if not pa.types.is_dictionary(arr.type):
         arr = arr.cast(pa.string()).dictionary_encode()
-    idx = arr.indices.fill_null(-1).to_numpy().astype(np.int64)
-    valid = idx >= 0
-    used = idx[valid]
     k = len(arr.dictionary)
-    if not len(used):
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(idx), np.int32), mask=~valid),
+    # Arrow's unique keeps the order of first occurrence: the dictionary entries used, in
+    # order of first use, in one hash pass over the indices.
+    order = pc.unique(arr.indices).drop_null().to_numpy(zero_copy_only=False).astype(np.int64)
+    valid = None if not arr.null_count else arr.indices.is_valid().to_numpy(zero_copy_only=False)
+    if not len(order):
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(arr), np.int32), mask=np.ones(len(arr), bool)),
                                               pa.array([], pa.string()))
-    # O(n): the first position of each dictionary entry (reverse assignment keeps the first).
-    first = np.full(k, len(used), dtype=np.int64)
-    first[used[::-1]] = np.arange(len(used) - 1, -1, -1)
-    present = first < len(used)
-    order = np.flatnonzero(present)[np.argsort(first[present], kind="stable")]
     if len(order) == k and np.array_equal(order, np.arange(k)) and arr.dictionary.type == pa.string():
         return arr.cast(pa.dictionary(pa.int32(), pa.string()))  # already canonical
     remap = np.zeros(k, dtype=np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
-    new_idx = pa.array(remap[np.where(valid, idx, 0)], mask=~valid, type=pa.int32())
+    idx = arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    new_idx = pa.array(remap[idx], mask=None if valid is None else ~valid, type=pa.int32())
     dictionary = arr.dictionary.take(pa.array(order, type=pa.int64())).cast(pa.string())
     return pa.DictionaryArray.from_arrays(new_idx, dictionary)
 
