@@ -504,7 +504,8 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
     # attribute pass per field takes twice the time.)
     columns = dict(zip(fields, zip(*map(astuple, events)))) if n else dict.fromkeys(fields, ())
     ph_list = columns["ph"]
-    if None in ph_list:
+    ph = pa.array(ph_list, type=pa.string())
+    if ph.null_count:
         i = ph_list.index(None)
         raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
     pid, pid_str = ids_to_int(columns["pid"], "pid", where)
@@ -519,7 +520,7 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
     other = [(key, columns[attr]) for attr, key in zip(fields, struct.__struct_encode_fields__)
              if attr not in _COLUMN_KEYS] if struct else []
     return RawEvents(
-        ph=pa.array(ph_list, type=pa.string()),
+        ph=ph,
         name=pa.array(columns["name"], type=pa.string()),
         cat=pa.array(columns["cat"], type=pa.string()),
         pid=pid,
