@@ -170,12 +170,15 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
 #: What separates two events in the array: the end of one object, a comma, the start of the next.
 _BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+#: The end of the event array: its last object's '}', whitespace, then ']'.
+_CLOSING = re.compile(rb"[ \t\n\r]*\]")
 #: Bytes of event text per batch on the fast path (about CHUNK_EVENTS events of a Kineto trace).
 CHUNK_BYTES = 2 << 20
 #: Places tried, from the end of the text, for the bracket that closes the event array.
 _END_TRIES = 32
-#: The most text after the event array the fast path looks through for the array's end.
-_TAIL_BYTES = 1 << 20
+#: The most text before or after the event array the fast path takes on: each try at the
+#: array's end decodes both, so the text around the array must be small next to the events.
+_AROUND_BYTES = 1 << 20
 #: Cuts tried for one batch: a '}, {' inside a string or a nested value is no place to cut.
 _CUT_TRIES = 8
 
@@ -272,6 +275,8 @@ def _plain_layout(data: bytes | bytearray, first: bytes) -> tuple[dict[str, Any]
         start = data.index(b"[") + 1
     else:
         return None
+    if start > _AROUND_BYTES:
+        return None
     head = bytes(data[:start])
     if b"\\u" in head or head.count(b'"traceEvents"') > (first == b"{"):
         return None
@@ -280,9 +285,9 @@ def _plain_layout(data: bytes | bytearray, first: bytes) -> tuple[dict[str, Any]
     for _ in range(_END_TRIES):
         end = data.rfind(b"]", start, end)
         last = data.rfind(b"}", start, end) if end > 0 else -1
-        if last < 0 or len(data) - end > _TAIL_BYTES:
+        if last < 0 or len(data) - end > _AROUND_BYTES:
             break
-        if data[last + 1:end].strip(b" \t\n\r"):
+        if not _CLOSING.fullmatch(data, last + 1, end + 1):
             continue  # not right after an object
         tail = bytes(data[end:])
         if b"\\u" in tail or b'"traceEvents"' in tail:
