@@ -175,7 +175,10 @@ def connect(trace: str | Path) -> duckdb.DuckDBPyConnection:
         # column (int32, as the schema says; the path would make it int64), and a `key=value`
         # directory anywhere up the path would become an extra column. Row-group statistics of
         # `rank` still let DuckDB skip other ranks' data.
-        con.execute(f"CREATE VIEW _rows AS SELECT * FROM read_parquet({listed}, union_by_name = true, "
+        # union_by_name only when the files' columns differ: with it DuckDB reads every file's
+        # footer again each time a view is bound (2.3 s of a query's time on a 128-file trace).
+        by_name = "true" if _columns_differ(files) else "false"
+        con.execute(f"CREATE VIEW _rows AS SELECT * FROM read_parquet({listed}, union_by_name = {by_name}, "
                     "hive_partitioning = false, filename = true, file_row_number = true)")
         have = {row[0] for row in con.execute("DESCRIBE _rows").fetchall()}
     except duckdb.Error as exc:
@@ -191,6 +194,23 @@ def connect(trace: str | Path) -> duckdb.DuckDBPyConnection:
     for name in VIEWS:
         con.execute(f"CREATE VIEW {name} AS {VIEW_SQL[name]}")
     return con
+
+
+def _columns_differ(files: list[Path]) -> bool:
+    """Whether the files' column names (in order) are not all the same (their footers only)."""
+    import pyarrow.parquet as pq
+
+    try:
+        first = None
+        for f in files:
+            names = pq.read_schema(f).names
+            if first is None:
+                first = names
+            elif names != first:
+                return True
+    except (OSError, ValueError):
+        return True  # DuckDB reads them and says what is wrong
+    return False
 
 
 def relation(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
