@@ -124,6 +124,7 @@ def memcpy_async(rt: Runtime, dst: Any, dest_max: Any, src: Any, count: Any, kin
                     src=src_addr, dst=dst_addr)
         return 0
     rt.dispatch.launch(th, task, "aclrtMemcpyAsync", t0, record_api=not pageable, src=src_addr, dst=dst_addr)
+    _copy_accesses(rt, th, task, src, dst)
     if pageable:
         # From pageable host memory the call returns only when the copy is done, and its
         # slice says so: a 5 us slice would show the host idle while it was held.
@@ -149,6 +150,7 @@ def memcpy(rt: Runtime, dst: Any, dest_max: Any, src: Any, count: Any, kind: Any
         return
     task.stream = _copy_stream(rt, dev)  # checked: now off the default stream
     rt.dispatch.launch(th, task, "aclrtMemcpy", t0, kind="sync", record_api=False, src=src_addr, dst=dst_addr)
+    _copy_accesses(rt, th, task, src, dst)
     start = _wait_for_copy(rt, th, task, f"copy {task.corr}", "sync_copy")
     rt.rows.held(th, "aclrtMemcpy", t0, "sync", task, "copy", th.clock - start, src_addr, dst_addr)
 
@@ -216,4 +218,14 @@ def memset_async(rt: Runtime, dev_ptr: Any, max_count: Any, value: Any, count: A
     task.bytes = count
     task.path = (stream.device.hbm,)
     rt.dispatch.launch(th, task, "aclrtMemsetAsync", t0)
+    _copy_accesses(rt, th, task, None, dev_ptr)
     return task.corr
+
+
+def _copy_accesses(rt: Runtime, th: HostThread, task: Task, src: Any, dst: Any) -> None:
+    """A copy reads its source and writes its destination where they are device memory: buffer
+    accesses, recorded as a kernel's are, so a copy racing a kernel on one buffer shows."""
+    reads: tuple[int, ...] = (src,) if is_device_ptr(src) else ()
+    writes: tuple[int, ...] = (dst,) if is_device_ptr(dst) else ()
+    if reads or writes:
+        rt.rows.accesses(th, task, reads, writes)

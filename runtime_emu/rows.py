@@ -118,8 +118,10 @@ class Rows:
                                    None, "api", dev.id, stream.id, None, None, None, None, th.step))
 
     def accesses(self, th: HostThread, task: Task, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        """The device buffers a kernel reads and writes, as mem_read / mem_write instants (a
-        sanitizer's view), so races between streams show."""
+        """The device buffers a task (a kernel, a copy) reads and writes, as mem_read / mem_write
+        instants (a sanitizer's view), so races between streams show; with the tasks they name."""
+        if not self.sw.task_time:
+            return
         dev = task.stream.device
         for name, kind, ptrs in (("[access] read", "mem_read", reads), ("[access] write", "mem_write", writes)):
             for ptr in ptrs:

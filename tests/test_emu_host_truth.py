@@ -168,3 +168,52 @@ def test_a_synchronous_memcpy_waits_for_no_stream():
     names = df[(df["name"] == "thread_name") & (df["tid"] == int(copies["stream"].iloc[0]))
                & (df["pid"] >= 2_000_000)]
     assert json.loads(names["args"].iloc[0])["Used By"] == "aclrtMemcpy"
+
+
+# ---------------------------------------------------------------------- a copy racing a kernel
+def _copy_then_kernel(wait: bool):
+    """A user's mistake, and its fix: an 8 MiB upload on a copy stream, then a kernel on the compute
+    stream that reads the uploaded buffer, with or without waiting for the copy's event."""
+    acl.init(seed=0)
+    acl.rt.set_device(0)
+    host = acl.rt.malloc_host(8 * MiB)
+    buf = acl.rt.malloc(8 * MiB)
+    out = acl.rt.malloc(MiB)
+    copy_stream, compute = acl.rt.create_stream(), acl.rt.create_stream()
+    uploaded = acl.rt.create_event()
+    acl.rt.memcpy_async(buf, 8 * MiB, host, 8 * MiB, acl.ACL_MEMCPY_HOST_TO_DEVICE, copy_stream)
+    acl.rt.record_event(uploaded, copy_stream)
+    if wait:
+        acl.rt.stream_wait_event(compute, uploaded)
+    acl.rt.launch_kernel(Kernel("Conv2D", block_ns=50_000, core="cube"), 1, compute, reads=(buf,), writes=(out,))
+    acl.rt.synchronize_device()
+    return buf, out, acl.finalize()
+
+
+def test_a_copy_records_the_device_buffers_it_reads_and_writes():
+    buf, out, result = _copy_then_kernel(wait=True)
+    df = _frame(result)
+    acc = df[df["kind"].isin(["mem_read", "mem_write"])]
+    copy = df[df["kind"] == "memcpy"].iloc[0]
+    kernel = df[df["kind"] == "kernel"].iloc[0]
+    # The upload writes the device buffer (its host source is no device memory); the kernel
+    # reads it and writes its output.
+    assert sorted((r.kind, int(r.addr), int(r.corr)) for r in acc.itertuples()) == sorted([
+        ("mem_write", buf, int(copy["corr"])), ("mem_read", buf, int(kernel["corr"])),
+        ("mem_write", out, int(kernel["corr"]))])
+
+
+def test_a_kernel_that_reads_a_buffer_still_being_copied_is_a_missing_sync():
+    from analyzers import run
+
+    buf, _out, result = _copy_then_kernel(wait=False)
+    races = [f for f in run(result.trace, ["sync"]).findings if f.code == "MISSING_SYNC"]
+    assert len(races) == 1
+    df = _frame(result)
+    copy = df[df["kind"] == "memcpy"].iloc[0]
+    kernel = df[df["kind"] == "kernel"].iloc[0]
+    # Without the wait the kernel starts while the upload (337,545 ns at 25 GB/s) is running.
+    assert kernel["ts"] < copy["ts"] + copy["dur"] == copy["ts"] + _copy_ns(8 * MiB)
+    assert races[0].stream == int(kernel["stream"])
+    _buf, _out, fixed = _copy_then_kernel(wait=True)
+    assert [f for f in run(fixed.trace, ["sync"]).findings if f.code == "MISSING_SYNC"] == []
