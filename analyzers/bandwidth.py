@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ class BandwidthConfig:
     #: about the link) and within `reference_span` x of the judged copy's size.
     min_reference_bytes: int = MiB
     reference_span: float = 10.0
+    #: The reference copies (kind, bytes, gbps) to judge by instead of this trace's own: every
+    #: rank's, pooled, when the trace is analyzed a rank partition at a time (analyzers.partitioned).
+    reference: "pd.DataFrame | None" = field(default=None, compare=False, repr=False)
     overlap_warning: float = 0.3  # share of communication not hidden under compute
     evidence: int = 5
     max_occurrences: int = 1000
@@ -118,6 +121,12 @@ def _nominal(preset: dict) -> dict[str, float]:
     return {"Memcpy HtoD": pcie, "Memcpy DtoH": pcie, "Memcpy DtoD": hbm / 2, "Memset": hbm}
 
 
+def reference_pool(copies: pd.DataFrame, cfg: BandwidthConfig) -> pd.DataFrame:
+    """The copies a copy is judged against without a preset: those that had their link to
+    themselves (no overlapping collective) and are big enough for bytes/duration to mean a rate."""
+    return copies[(copies["overlaps"] == 0) & (copies["bytes"] >= cfg.min_reference_bytes)]
+
+
 def _alone_ns(copies: pd.DataFrame, preset: dict, cfg: BandwidthConfig) -> pd.Series:
     """How long each copy would take with its link to itself (NaN: no reference to judge it by)."""
     nbytes = copies["bytes"].to_numpy(dtype=np.float64)
@@ -126,9 +135,10 @@ def _alone_ns(copies: pd.DataFrame, preset: dict, cfg: BandwidthConfig) -> pd.Se
         latency = float(preset.get("copy_latency_ns", 0) or 0)
         return pd.Series(latency + nbytes / gbps, index=copies.index)
     out = np.full(len(copies), np.nan)
-    ref_pool = copies[(copies["overlaps"] == 0) & (copies["bytes"] >= cfg.min_reference_bytes)]
+    ref_pool = reference_pool(copies, cfg) if cfg.reference is None else cfg.reference
+    ref_kinds = ref_pool["kind"].astype(str)
     for kind, idx in copies.groupby("kind").groups.items():
-        pool = ref_pool[ref_pool["kind"] == kind]
+        pool = ref_pool[ref_kinds == str(kind)]
         if pool.empty:
             continue
         order = np.argsort(pool["bytes"].to_numpy(dtype=np.float64), kind="stable")

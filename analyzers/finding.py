@@ -159,12 +159,18 @@ def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | 
             continue
         if isinstance(out, tuple):
             out, metrics[name] = out
-        for f in out:
-            f.analyzer = name
-            if f.lookup is None:
-                f.lookup = lookup(f.code, platform)
-        findings.extend(out)
+        findings.extend(attributed(out, name, platform))
     return AnalysisResult(findings, skipped, metrics, platform)
+
+
+def attributed(findings: list[Finding], analyzer: str, platform: str) -> list[Finding]:
+    """`findings` marked with the analyzer that made them and, where they have none, the
+    problem-lookup entry of their code on `platform`."""
+    for f in findings:
+        f.analyzer = analyzer
+        if f.lookup is None:
+            f.lookup = lookup(f.code, platform)
+    return findings
 
 
 def _load_all() -> None:

@@ -19,8 +19,7 @@ partitions run (in-process or on a cluster): `msprof_py.report` drives them.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -28,7 +27,7 @@ import pandas as pd
 
 from analyzers import bandwidth, links, ranks
 from analyzers.bandwidth import _low_overlap
-from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, lookup
+from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, attributed
 from analyzers.frames import Frames
 from msprof_py.trace.schema import Trace
 
@@ -84,7 +83,9 @@ def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[st
         if pooled and reference is None:
             out.summaries["bandwidth.reference"] = reference_copies(frames, cfg)
         try:
-            res = _with_reference(frames, cfg, reference) if pooled and reference is not None else spec.fn(frames, cfg)
+            if pooled and reference is not None:
+                cfg = replace(cfg, reference=reference)  # every rank's reference copies, not the partition's
+            res = spec.fn(frames, cfg)
         except Skipped as exc:
             out.skipped[name] = str(exc)
             continue
@@ -115,7 +116,7 @@ def reference_copies(frames: Frames, cfg: Any) -> pd.DataFrame:
     copies["link"] = copies["kind"].map(bandwidth.LINK_OF_KIND).fillna("other:" + copies["kind"].astype(str))
     share = bandwidth._collectives_share_copy_links(frames)
     copies["overlaps"] = bandwidth._overlap_counts(copies, colls if share else colls.iloc[0:0])
-    ref = copies[(copies["overlaps"] == 0) & (copies["bytes"] >= cfg.min_reference_bytes)]
+    ref = bandwidth.reference_pool(copies, cfg)
     return pd.DataFrame({"kind": ref["kind"].astype(str).to_numpy(dtype=object),
                          "bytes": ref["bytes"].to_numpy(dtype=np.float64), "gbps": ref["gbps"].to_numpy(np.float64)})
 
@@ -127,41 +128,6 @@ def bandwidth_reference(partials: list[Partial]) -> pd.DataFrame | None:
     if len(partials) < 2 or not pools or not any(len(p) for p in pools):
         return None
     return pd.concat(pools, ignore_index=True)
-
-
-_REFERENCE_LOCK = threading.Lock()
-
-
-def _with_reference(frames: Frames, cfg: Any, pool: pd.DataFrame):
-    """The bandwidth analyzer on `frames` with copies judged against `pool` (all ranks' reference
-    copies) instead of the partition's own. Its alone-time function is swapped for the call
-    (under a lock: a worker with several threads runs these one at a time)."""
-    def alone_ns(copies: pd.DataFrame, preset: dict, cfg: Any) -> pd.Series:
-        nbytes = copies["bytes"].to_numpy(dtype=np.float64)
-        out = np.full(len(copies), np.nan)
-        for kind, idx in copies.groupby("kind").groups.items():
-            mine = pool[pool["kind"] == str(kind)]
-            if mine.empty:
-                continue
-            order = np.argsort(mine["bytes"].to_numpy(dtype=np.float64), kind="stable")
-            pb = mine["bytes"].to_numpy(dtype=np.float64)[order]
-            pg = mine["gbps"].to_numpy(dtype=np.float64)[order]
-            pos = copies.index.get_indexer(idx)
-            pos = pos[nbytes[pos] >= cfg.min_reference_bytes]
-            lo = np.searchsorted(pb, nbytes[pos] / cfg.reference_span, side="left")
-            hi = np.searchsorted(pb, nbytes[pos] * cfg.reference_span, side="right")
-            for i, a, b in zip(pos, lo, hi):
-                if b > a:
-                    out[i] = nbytes[i] / float(np.median(pg[a:b]))
-        return pd.Series(out, index=copies.index)
-
-    with _REFERENCE_LOCK:
-        original = bandwidth._alone_ns
-        bandwidth._alone_ns = alone_ns
-        try:
-            return REGISTRY["bandwidth"].fn(frames, cfg)
-        finally:
-            bandwidth._alone_ns = original
 
 
 def reduce_partitions(partials: list[Partial], names: list[str] | None = None,
@@ -186,11 +152,7 @@ def reduce_partitions(partials: list[Partial], names: list[str] | None = None,
             continue
         if isinstance(res, tuple):
             res, metrics[name] = res
-        for f in res:
-            f.analyzer = name
-            if f.lookup is None:
-                f.lookup = lookup(f.code, platform)
-        findings.extend(res)
+        findings.extend(attributed(res, name, platform))
     return AnalysisResult(findings, skipped, metrics, platform)
 
 
