@@ -6,6 +6,7 @@ import json
 import os
 import platform
 from pathlib import Path
+from typing import Any
 
 
 def dist_version(name: str) -> str | None:
@@ -29,3 +30,31 @@ def save_json(path: Path, data: dict) -> None:
     """Write a benchmark's figures (with `environment()` inside) for later comparison."""
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {path}")
+
+
+def sample_rss(pids: list[int], peaks: dict[int, int], stop: Any, every_s: float = 0.003) -> None:
+    """Until `stop` (a threading.Event) is set, keep each process's peak RSS in `peaks` (psutil):
+    run it in a thread beside the work being measured."""
+    import time
+
+    import psutil
+
+    procs = {pid: psutil.Process(pid) for pid in pids}
+    while not stop.is_set():
+        for pid, p in procs.items():
+            try:
+                peaks[pid] = max(peaks.get(pid, 0), p.memory_info().rss)
+            except psutil.Error:
+                pass
+        time.sleep(every_s)
+
+
+def warm_worker() -> int:
+    """Run on each Dask worker before timing (`client.run`): import what an analysis task imports;
+    returns the worker's pid."""
+    import analyzers.partitioned  # noqa: F401
+    import msprof_py.report  # noqa: F401
+    from analyzers.finding import _load_all
+
+    _load_all()
+    return os.getpid()

@@ -24,30 +24,9 @@ import time
 from pathlib import Path
 
 import psutil
+from _common import sample_rss, warm_worker
 
 MB = 1e6
-
-
-def _sample(pids: list[int], peaks: dict[int, int], stop: threading.Event) -> None:
-    procs = {pid: psutil.Process(pid) for pid in pids}
-    while not stop.is_set():
-        for pid, p in procs.items():
-            try:
-                peaks[pid] = max(peaks.get(pid, 0), p.memory_info().rss)
-            except psutil.Error:
-                pass
-        time.sleep(0.003)
-
-
-def _warm() -> int:
-    import os
-
-    import analyzers.partitioned  # noqa: F401  (what a task imports)
-    import msprof_py.report  # noqa: F401
-    from analyzers.finding import _load_all
-
-    _load_all()
-    return os.getpid()
 
 
 _WHOLE = """
@@ -118,11 +97,11 @@ def main() -> None:
         with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                       dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
                 distributed.Client(cluster) as client:
-            pids = list(client.run(_warm).values())
+            pids = list(client.run(warm_worker).values())
             baseline = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
             peaks: dict[int, int] = {}
             stop = threading.Event()
-            sampler = threading.Thread(target=_sample, args=(pids, peaks, stop), daemon=True)
+            sampler = threading.Thread(target=sample_rss, args=(pids, peaks, stop), daemon=True)
             sampler.start()
             t = time.perf_counter()
             # The engine's own tasks, on this cluster (the workers read the partition files).

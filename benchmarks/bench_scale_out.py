@@ -49,6 +49,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import sample_rss, warm_worker  # noqa: E402
+
 from msprof_py import prof_dir  # noqa: E402
 from msprof_py.report import analyze, rank_partitions  # noqa: E402
 
@@ -101,28 +103,6 @@ def run_in_process(trace: Path, tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def _sample(pids: list[int], peaks: dict[int, int], stop: threading.Event) -> None:
-    procs = {pid: psutil.Process(pid) for pid in pids}
-    while not stop.is_set():
-        for pid, p in procs.items():
-            try:
-                peaks[pid] = max(peaks.get(pid, 0), p.memory_info().rss)
-            except psutil.Error:
-                pass
-        time.sleep(0.005)
-
-
-def _warm() -> int:
-    import os
-
-    import analyzers.partitioned  # noqa: F401  (what a task imports)
-    import msprof_py.report  # noqa: F401
-    from analyzers.finding import _load_all
-
-    _load_all()
-    return os.getpid()
-
-
 def run_dask(parts: list, workers: int) -> dict:
     import logging
 
@@ -131,11 +111,11 @@ def run_dask(parts: list, workers: int) -> dict:
     logging.getLogger("distributed").setLevel(logging.ERROR)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        pids = list(client.run(_warm).values())
+        pids = list(client.run(warm_worker).values())
         base = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
         peaks: dict[int, int] = {}
         stop = threading.Event()
-        sampler = threading.Thread(target=_sample, args=(pids, peaks, stop), daemon=True)
+        sampler = threading.Thread(target=sample_rss, args=(pids, peaks, stop), daemon=True)
         sampler.start()
         t0 = time.perf_counter()
         res = analyze(parts, engine="dask", scheduler=cluster.scheduler_address, progress=False)

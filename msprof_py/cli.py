@@ -358,6 +358,18 @@ def info(
 WindowOpt = Annotated[Window, typer.Option(
     "--window", help="Which events to analyze: 'all', or 'complete_steps' (drop the last, usually cut-short "
                      "profiler step, as Holistic Trace Analysis does).")]
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", help="local: analyze the rank partitions in this process (consecutive small ranks together, up "
+                     "to 1M rows); dask: one task per rank partition on a Dask cluster (pip install "
+                     "'msprof-py[dask]').")]
+SchedulerOpt = Annotated[Optional[str], typer.Option(
+    "--scheduler", metavar="ADDRESS", show_default=False,
+    help="With --engine dask: the scheduler to use (tcp://HOST:PORT); default: a local cluster started for this "
+         "run.")]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", min=1, show_default=False,
+    help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; default: "
+         "one per core, at most one per rank).")]
 AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
     "--analyzer", "-a", show_default=False, help="Run only this analyzer (repeatable); default: all.")]
 
@@ -370,17 +382,9 @@ def analyze(
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
-    engine: Annotated[Engine, typer.Option(
-        "--engine", help="local: analyze the rank partitions one at a time in this process; dask: one task per "
-                         "rank partition on a Dask cluster (pip install 'msprof-py[dask]').")] = Engine.local,
-    scheduler: Annotated[Optional[str], typer.Option(
-        "--scheduler", metavar="ADDRESS", show_default=False,
-        help="With --engine dask: the scheduler to use (tcp://HOST:PORT); default: a local cluster started "
-             "for this run.")] = None,
-    workers: Annotated[Optional[int], typer.Option(
-        "--workers", min=1, show_default=False,
-        help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; "
-             "default: one per core, at most one per rank).")] = None,
+    engine: EngineOpt = Engine.local,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
     from msprof_py import loading, report
@@ -418,17 +422,9 @@ def report_cmd(
     window: WindowOpt = Window.all,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
-    engine: Annotated[Engine, typer.Option(
-        "--engine", help="local: analyze the rank partitions one at a time in this process; dask: one task per "
-                         "rank partition on a Dask cluster (pip install 'msprof-py[dask]').")] = Engine.local,
-    scheduler: Annotated[Optional[str], typer.Option(
-        "--scheduler", metavar="ADDRESS", show_default=False,
-        help="With --engine dask: the scheduler to use (tcp://HOST:PORT); default: a local cluster started "
-             "for this run.")] = None,
-    workers: Annotated[Optional[int], typer.Option(
-        "--workers", min=1, show_default=False,
-        help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; "
-             "default: one per core, at most one per rank).")] = None,
+    engine: EngineOpt = Engine.local,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
     from msprof_py import loading, report
