@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from msprof_py.trace.units import mib, ms, sig
+from msprof_py.trace.units import mib, ms, pct, sig
 
 _METRICS = (
     # summary key, label, scale, higher is better, unit shown
@@ -96,9 +96,9 @@ def render_diff(table: dict[str, Any], base: str, new: str) -> Group:
     for col in ("metric", "base", "new", "change"):
         t.add_column(col, justify="right" if col != "metric" else "left")
     for r in table["metrics"]:
-        change = "" if r["change"] is None else f"{r['change']:+.1%}"
+        change = "" if r["change"] is None else pct(r["change"], signed=True)
         style = "" if r["better"] is None else ("green" if r["better"] else "red")
-        fmt = _pct if r.get("unit") == "%" else _num
+        fmt = pct if r.get("unit") == "%" else _num
         t.add_row(r["metric"], fmt(r["base"]), fmt(r["new"]), Text(change, style=style))
     f = Table(title="findings (cost: time in ms, memory in MiB)")
     for col in ("code", "findings", "base cost", "new cost", "status"):
@@ -136,7 +136,3 @@ def _num(v: Any) -> str:
     if v is None:
         return "-"
     return sig(v) if isinstance(v, float) else f"{v:,}"
-
-
-def _pct(v: Any) -> str:
-    return "-" if v is None else f"{v:.1%}"

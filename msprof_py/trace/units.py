@@ -4,6 +4,9 @@ Text output (tables, finding messages, Markdown / HTML reports) shows time in ms
 in MiB, rounded to 3 significant digits; JSON and CSV keep full precision and never go
 through here. Every module that prints a number for people uses these, so one output never
 mixes ms with us or MB with MiB.
+
+A time stamp is a place on the timeline, not an amount: `ms_at` keeps it to the microsecond
+(still in ms), since 3 significant digits of 41,656.770 ms would point 43 ms away from it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,15 @@ def mib(n_bytes: float | None) -> str:
     return "-" if n_bytes is None else f"{sig(n_bytes / MiB)} MiB"
 
 
-def pct(ratio: float | None) -> str:
-    """A ratio as a percentage: 0.7134 -> '71.3%'."""
-    return "-" if ratio is None else f"{sig(100 * ratio)}%"
+def pct(ratio: float | None, *, signed: bool = False) -> str:
+    """A ratio as a percentage: 0.7134 -> '71.3%'; a change with `signed`: 1.1389 -> '+114%',
+    -0.0821 -> '-8.21%', 0 -> '0%'."""
+    if ratio is None:
+        return "-"
+    text = f"{sig(100 * ratio)}%"
+    return f"+{text}" if signed and ratio > 0 else text
+
+
+def ms_at(ns: float | None) -> str:
+    """A time stamp given in ns, in ms to the microsecond: 41656770 -> '41.657 ms'."""
+    return "-" if ns is None else f"{ns / NS_PER_MS:,.3f} ms"
