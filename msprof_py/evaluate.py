@@ -48,6 +48,7 @@ from rich.table import Table
 from rich.text import Text
 
 from msprof_py.errors import MsprofError
+from msprof_py.trace.units import NS_PER_MS, ms, ms_at, sig
 
 #: Which finding codes detect each problem kind (the `problem` of a ground-truth entry).
 CODES: dict[str, tuple[str, ...]] = {
@@ -479,13 +480,14 @@ class Scores:
         return {"rule": "location (rank, device/stream, link) and time window agree; one claim per problem",
                 "target": TARGET, "runs": len(self.runs), "seeds": self.seeds(),
                 "variants": len({r.case.variant for r in self.runs}),
-                "seconds": round(sum(r.seconds for r in self.runs), 1),
+                "seconds": sum(r.seconds for r in self.runs),
                 "problems": self.table(), "false_alarms": self.false_alarms(), "why": self.reasons(),
                 "not_healthy": {k: why for k, (_, why) in NOT_HEALTHY.items()}}
 
 
 def _fmt_ns(ns: Any) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f} ms"
+    """A problem's or finding's time stamp: to the microsecond, since whether two windows overlap is the point."""
+    return ms_at(ns)
 
 
 def _problem_text(prob: Mapping[str, Any]) -> str:
@@ -594,8 +596,8 @@ def _top_up(scores: Scores, minimum: int) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------- output
-def _pct(v: Any) -> str:
-    return "-" if v is None else f"{v:.2f}"
+def _ratio(v: Any) -> str:
+    return "-" if v is None else sig(v)
 
 
 def _seeds_text(seeds: Sequence[int]) -> str:
@@ -613,16 +615,16 @@ def render(scores: Scores) -> Group:
     for col in ("problem", "injected", "matched", "recall", "findings", "true", "precision", "target"):
         t.add_column(col, justify="left" if col == "problem" else "right")
     for r in table:
-        t.add_row(r["problem"], str(r["injected"]), str(r["matched"]), _pct(r["recall"]), str(r["findings"]),
-                  str(r["true"]), _pct(r["precision"]),
+        t.add_row(r["problem"], str(r["injected"]), str(r["matched"]), _ratio(r["recall"]), str(r["findings"]),
+                  str(r["true"]), _ratio(r["precision"]),
                   Text(r["target"], style="green" if r["target"] == "PASS" else "red"))
     parts: list[Any] = [t]
     healthy = sum(1 for r in scores.runs if r.case.healthy)
-    parts.append(Text(f"target: precision and recall >= {TARGET:.2f} per kind; findings = claims of the kind's codes "
+    parts.append(Text(f"target: precision and recall >= {sig(TARGET)} per kind; findings = claims of the kind's codes "
                       f"(a finding, or each occurrence it lists)"))
     parts.append(Text(f"runs: {len(scores.runs)} ({healthy} healthy) of {len(variants)} scenario/switch/parameter "
                       f"variants; seeds {_seeds_text(scores.seeds())}; "
-                      f"{sum(r.seconds for r in scores.runs):.1f} s"))
+                      f"{ms(sum(r.seconds for r in scores.runs) * NS_PER_MS * 1000)}"))
     runs_by_variant: dict[tuple, list[int]] = defaultdict(list)
     for r in scores.runs:
         runs_by_variant[r.case.variant].append(r.case.seed)

@@ -298,7 +298,7 @@ def test_piped_eval_is_never_cut():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "…" not in proc.stdout
-    assert ("target: precision and recall >= 0.95 per kind; findings = claims of the kind's codes (a finding, "
+    assert ("target: precision and recall >= 0.950 per kind; findings = claims of the kind's codes (a finding, "
             "or each occurrence it lists)") in lines
     note = next(line for line in lines if line.startswith("not a healthy variant: "))
     assert note.endswith("(its copy bubbles would count against serial-copies)")
