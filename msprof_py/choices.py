@@ -26,6 +26,15 @@ class ReportFormat(str, Enum):
     json = "json"
 
 
+class OutputFormat(str, Enum):
+    """How `analyze` and `sql` print their result: a table for reading (numbers rounded), or CSV
+    and JSON at full precision."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
 class OnOff(str, Enum):
     """msprof's switches (`--task-time=on`, `--export=on`)."""
 

@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from msprof_py import __version__
-from msprof_py.choices import Engine, FailOn, OnOff, ReportFormat, Window
+from msprof_py.choices import Engine, FailOn, OnOff, OutputFormat, ReportFormat, Window
 from msprof_py.errors import MsprofError
 
 if TYPE_CHECKING:
@@ -379,7 +379,11 @@ def analyze(
     trace_path: TraceArg,
     analyzer: AnalyzerOpt = None,
     window: WindowOpt = Window.all,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    fmt: Annotated[Optional[OutputFormat], typer.Option(
+        "--format", "-f", show_default=False,
+        help="table (default; for reading: time in ms, memory in MiB, 3 significant digits), json (findings and "
+             "skipped analyzers) or csv (one row per finding); json and csv keep full precision.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
     engine: EngineOpt = Engine.local,
@@ -390,6 +394,9 @@ def analyze(
     from msprof_py import loading, report
     from msprof_py.compare import render_findings
 
+    if as_json and fmt not in (None, OutputFormat.json):
+        raise MsprofError(f"--json contradicts --format {fmt.value}; give one of them")
+    fmt = OutputFormat.json if as_json else fmt or OutputFormat.table
     _check_analyzers(analyzer)
     # A rank-partitioned table or PROF directory is read partition by partition by the engine; any
     # other input is loaded whole and split by rank.
@@ -399,8 +406,12 @@ def analyze(
     result = report.analyze(parts, analyzer, window=window.value, engine=engine.value, scheduler=scheduler,
                             workers=workers, progress=progress, input_bytes=loading.input_bytes(trace_path))
     rep = report.findings_report(result)
-    if as_json:
+    if fmt is OutputFormat.json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
+    elif fmt is OutputFormat.csv:
+        report.write_findings_csv(rep["findings"], sys.stdout)
+        for name, why in rep["skipped"].items():  # not findings: beside the CSV, as the table shows them
+            typer.echo(f"{PROG}: skipped analyzer {name}: {why}", err=True)
     else:
         _show(render_findings(rep, title=str(trace_path)))
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import decimal
 import math
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import typer
 
+from msprof_py.choices import OutputFormat
 from msprof_py.errors import MsprofError
 
 if TYPE_CHECKING:
@@ -30,14 +30,6 @@ if TYPE_CHECKING:
 PROG = "msprof-py"
 #: Rows fetched from DuckDB at a time, for the streamed formats (csv, json).
 BATCH_ROWS = 10_000
-
-
-class SqlFormat(str, Enum):
-    """How `sql` prints a result."""
-
-    table = "table"
-    csv = "csv"
-    json = "json"
 
 
 HELP_TEXT = """\
@@ -59,9 +51,9 @@ def sql_cmd(
     query: Annotated[Optional[str], typer.Argument(
         metavar="QUERY", show_default=False,
         help="SQL to run; without it, read SQL from stdin (interactive when stdin is a terminal).")] = None,
-    fmt: Annotated[SqlFormat, typer.Option(
+    fmt: Annotated[OutputFormat, typer.Option(
         "--format", "-f", help="table (aligned, for reading), csv (full precision) or json (an array of "
-                               "objects).")] = SqlFormat.table,
+                               "objects).")] = OutputFormat.table,
 ) -> None:
     """Run DuckDB SQL over a trace, in place: views events, slices, counters, flows, tasks, memory, steps.
 
@@ -85,7 +77,7 @@ def sql_cmd(
         con.close()
 
 
-def run(con: duckdb.DuckDBPyConnection, text: str, fmt: SqlFormat, out: TextIO | None = None) -> None:
+def run(con: duckdb.DuckDBPyConnection, text: str, fmt: OutputFormat, out: TextIO | None = None) -> None:
     """Run the statements of `text`, printing each one's result (MsprofError when one fails)."""
     import duckdb
 
@@ -108,7 +100,7 @@ def _returns_rows(statement: Any) -> bool:
         not in expected
 
 
-def repl(con: duckdb.DuckDBPyConnection, fmt: SqlFormat, stdin: TextIO) -> bool:
+def repl(con: duckdb.DuckDBPyConnection, fmt: OutputFormat, stdin: TextIO) -> bool:
     """Read statements from stdin until .quit or end of input; True when any failed."""
     interactive = stdin.isatty()
     if interactive:
@@ -146,7 +138,7 @@ def _read_line(stdin: TextIO, prompt: str, interactive: bool) -> str | None:
     return line.rstrip("\n") if line else None
 
 
-def _run_reporting(con: duckdb.DuckDBPyConnection, text: str, fmt: SqlFormat) -> bool:
+def _run_reporting(con: duckdb.DuckDBPyConnection, text: str, fmt: OutputFormat) -> bool:
     try:
         run(con, text, fmt)
     except MsprofError as exc:
@@ -156,7 +148,7 @@ def _run_reporting(con: duckdb.DuckDBPyConnection, text: str, fmt: SqlFormat) ->
     return True
 
 
-def _dot_command(con: duckdb.DuckDBPyConnection, command: str, fmt: SqlFormat) -> bool:
+def _dot_command(con: duckdb.DuckDBPyConnection, command: str, fmt: OutputFormat) -> bool:
     from msprof_py import sql
 
     words = command.split()
@@ -176,19 +168,19 @@ def _dot_command(con: duckdb.DuckDBPyConnection, command: str, fmt: SqlFormat) -
 
 
 # ---------------------------------------------------------------------- output
-def write(con: duckdb.DuckDBPyConnection, fmt: SqlFormat, out: TextIO) -> None:
+def write(con: duckdb.DuckDBPyConnection, fmt: OutputFormat, out: TextIO) -> None:
     """Print the pending result of `con` in `fmt`."""
     import csv
     import json
 
     names = [d[0] for d in con.description or []]
-    if fmt is SqlFormat.csv:
+    if fmt is OutputFormat.csv:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
         while batch := con.fetchmany(BATCH_ROWS):
             # Python's float repr is the shortest text that reads back as the same double: full precision.
             writer.writerows([["" if v is None else _csv_value(v) for v in row] for row in batch])
-    elif fmt is SqlFormat.json:
+    elif fmt is OutputFormat.json:
         out.write("[")
         first = True
         while batch := con.fetchmany(BATCH_ROWS):

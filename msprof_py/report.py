@@ -24,7 +24,7 @@ from msprof_py.compare import cost_text
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
-from msprof_py.trace.units import mib, ms, sig
+from msprof_py.trace.units import mib, ms, ms_at, sig
 
 FORMATS = tuple(f.value for f in ReportFormat)
 #: Report file extensions and the format each one means.
@@ -94,6 +94,41 @@ def findings_report(result: AnalysisResult) -> dict[str, Any]:
 
 def _finding_rows(result: AnalysisResult) -> list[dict[str, Any]]:
     return [{**f.to_dict(), "cost_unit": f.cost_unit, "cost": f.cost} for f in result.ranked()]
+
+
+#: `analyze --format csv`: a finding's fields as JSON has them, one column each; `end_ns` is
+#: ts_ns + dur_ns; `lookup_*` the problem-lookup entry (`lookup_code` names it); lists and dicts
+#: (lookup_references, ranks, occurrences, evidence) as compact JSON text.
+FINDING_CSV_COLUMNS = (
+    "code", "severity", "title", "rank", "device", "stream", "step", "ts_ns", "dur_ns", "end_ns", "cost", "cost_unit",
+    "lost_ns", "lost_bytes", "metric", "value", "threshold", "analyzer", "message", "lookup_code", "lookup_symptom",
+    "lookup_cause", "lookup_remedy", "lookup_references", "ranks", "occurrences", "evidence")
+
+
+def write_findings_csv(findings: list[dict[str, Any]], out: Any) -> None:
+    """`findings` (as `findings_report` gives them) to `out` as CSV, one row per finding, most
+    costly first, numbers at full precision (a float as its repr, which reads back as the same
+    double); a missing value is an empty cell."""
+    import csv
+
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(FINDING_CSV_COLUMNS)
+    for f in findings:
+        row = {k: v for k, v in f.items() if k != "lookup"}
+        row.update({f"lookup_{k}": v for k, v in (f.get("lookup") or {}).items()})
+        ts, dur = f.get("ts_ns"), f.get("dur_ns")
+        row["end_ns"] = ts + dur if ts is not None and dur is not None else None
+        writer.writerow([_csv_cell(row.get(k)) for k in FINDING_CSV_COLUMNS])
+
+
+def _csv_cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return v
 
 
 def worst(report: dict[str, Any]) -> Severity | None:
@@ -435,7 +470,7 @@ def _where(f: dict[str, Any]) -> str:
     if f.get("ranks"):
         parts.append("ranks " + ", ".join(str(r) for r in f["ranks"]))
     if f.get("ts_ns") is not None:
-        parts.append(f"at {f['ts_ns'] / 1e6:.3f} ms")
+        parts.append(f"at {ms_at(f['ts_ns'])}")
     return ", ".join(parts) or "whole trace"
 
 
