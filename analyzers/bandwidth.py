@@ -11,7 +11,7 @@ from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, cover, merge_intervals, union_ns
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.streams import copy_bandwidth
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct, sig
 
 MiB = 1 << 20
 #: The link a copy of each kind crosses on its device (per direction for PCIe).
@@ -245,7 +245,7 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
         message=(f"rank {rank} device {device}: {len(hit)} {kind} copies on {link} ran at a per-copy rate of "
                  f"{gbps_text(hit['gbps'].mean())} GB/s on average against {gbps_text(expected)} GB/s alone, in "
                  f"{g.loc[g['slowed'], 'interval'].nunique()} contended interval(s); the "
-                 f"work behind them started {ms(lost)} later ({share:.1%} of the rank's span)"),
+                 f"work behind them started {ms(lost)} later ({pct(share)} of the rank's span)"),
         rank=rank, device=device, stream=occurrences[0]["stream"] if len(occurrences) == 1 else None,
         ts_ns=t0, dur_ns=t1 - t0, metric="achieved_over_alone",
         value=round(float((hit["gbps"] / (hit["bytes"] / hit["alone_ns"])).mean()), 4),
@@ -310,8 +310,8 @@ def _collectives_slowed(colls: pd.DataFrame, copies: pd.DataFrame, spans: dict[i
             severity=Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning
             else Severity.INFO,
             title="Collectives slowed by copies on their PCIe link",
-            message=(f"rank {rank}: {len(occurrences)} collective(s) ran {slow:.2f}x as long (median) while copies "
-                     f"crossed the same PCIe link; {ms(lost)} lost ({share:.1%} of the rank's span)"),
+            message=(f"rank {rank}: {len(occurrences)} collective(s) ran {sig(slow)}x as long (median) while copies "
+                     f"crossed the same PCIe link; {ms(lost)} lost ({pct(share)} of the rank's span)"),
             rank=int(rank), device=occurrences[0]["device"], stream=occurrences[0]["stream"], ts_ns=t0, dur_ns=t1 - t0,
             metric="slowdown", value=round(slow, 4), threshold=round(1 / cfg.slow_ratio, 4), lost_ns=int(lost),
             occurrences=occurrences[: cfg.max_occurrences],
@@ -369,7 +369,7 @@ def _low_overlap(overlap: list[dict], cfg: BandwidthConfig) -> Finding | None:
     ratio = float(np.mean([r["exposed_ratio"] for r in hit]))
     return Finding(
         code="LOW_OVERLAP", severity=Severity.INFO, title="Communication not hidden under compute",
-        message=(f"{len(hit)} rank(s): {ratio:.0%} of their collective time on average ran with no compute "
+        message=(f"{len(hit)} rank(s): {pct(ratio)} of their collective time on average ran with no compute "
                  f"alongside (rank {worst['rank']}: {ms(worst['exposed_ns'])} of {ms(worst['comm_ns'])})"),
         rank=worst["rank"], ranks=sorted(r["rank"] for r in hit if r["rank"] != worst["rank"]),
         ts_ns=t0, dur_ns=t1 - t0, metric="exposed_comm_ratio", value=round(ratio, 6), threshold=cfg.overlap_warning,

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Cover, Frames, cover, intersect_intervals, merge_intervals, union_ns
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct
 
 CAUSES = {
     "host_launch": ("BUBBLE_HOST_LAUNCH", "host-bound launch"),
@@ -384,7 +384,7 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig, ops: pd.Dat
             exposed = _copy_exposure(ops, int(rank), int(device), lost)
             if exposed >= cfg.copy_exposed_share:
                 sev, warn = Severity.WARNING, cfg.copy_pattern_ratio
-                note = f"; the cores waited through {exposed:.0%} of the copy time: copies serialised with compute"
+                note = f"; the cores waited through {pct(exposed)} of the copy time: copies serialised with compute"
         if cause == "collective":
             # Cores idle while a collective runs is exposed communication: a measurement (the
             # step breakdown's communication share), not a diagnosis. What makes collectives
@@ -396,7 +396,7 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig, ops: pd.Dat
         stream = int(streams[0]) if len(streams) == 1 else None  # the stream whose kernels waited
         out.append(Finding(
             code=code, severity=sev, title=f"Device idle: {label}",
-            message=(f"rank {rank} device {device}: {ms(lost)} idle ({ratio:.1%} of device step time) "
+            message=(f"rank {rank} device {device}: {ms(lost)} idle ({pct(ratio)} of device step time) "
                      f"in {len(g)} gaps {label}{note}"),
             rank=int(rank), device=int(device), stream=stream, ts_ns=int(g["ts"].min()),
             dur_ns=int(g["end"].max() - g["ts"].min()), metric="idle_share", value=round(ratio, 6), threshold=warn, lost_ns=lost,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from analyzers.bubbles import BubbleConfig, device_gaps, device_windows, occurrences
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct
 
 
 @dataclass
@@ -57,9 +57,9 @@ def analyze(frames: Frames, cfg: LaunchConfig):
         stream = int(streams[0]) if len(streams) == 1 else None
         findings.append(Finding(
             code="LAUNCH_BOUND", severity=sev, title="Launch-bound: tasks too small for their launch cost",
-            message=(f"rank {rank} device {device}: the device waited {ms(saving)} ({ratio:.1%} of device "
+            message=(f"rank {rank} device {device}: the device waited {ms(saving)} ({pct(ratio)} of device "
                      f"step time) in {len(g)} gaps for launches of kernels under {ms(cfg.small_ns)} "
-                     f"({share:.0%} of {len(k)} kernels are that small); fusing them would save about that"),
+                     f"({pct(share)} of {len(k)} kernels are that small); fusing them would save about that"),
             rank=int(rank), device=int(device), stream=stream, ts_ns=int(g["ts"].min()),
             dur_ns=int(g["end"].max() - g["ts"].min()), metric="launch_wait_share", value=round(ratio, 6),
             threshold=cfg.warning_ratio, lost_ns=saving,

@@ -9,7 +9,7 @@ import numpy as np
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, sig
 
 _LINK = re.compile(r"^r(?P<rank>\d+)(?:\.d\d+)?(?:->r(?P<peer>\d+))?\.(?P<type>hccs|roce_tx|roce_rx|pcie_h2d|pcie_d2h|hbm) GB/s$")
 
@@ -88,7 +88,7 @@ def reduce(summaries: list[dict], cfg: LinkConfig):
         findings.append(Finding(
             code="SLOW_LINK", severity=Severity.CRITICAL if best < 0.3 * nom else Severity.WARNING,
             title="Slow link" + ("s" if len(links) > 1 else ""),
-            message=(f"{names_} never exceeded {best:.2f} GB/s of the nominal {nom:.2f} GB/s over "
+            message=(f"{names_} never exceeded {sig(best)} GB/s of the nominal {sig(nom)} GB/s over "
                      f"{ms(busy)} of traffic" + (" (one fault seen from both ends of the path)"
                                                            if len(links) > 1 else "")),
             rank=min(link["rank"] for link in links), ts_ns=min(link["t0"] for link in links),

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
-from msprof_py.trace.units import mib
+from msprof_py.trace.units import mib, pct, sig
 
 
 @dataclass
@@ -120,7 +120,7 @@ def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFram
     return Finding(
         code="MEMORY_LEAK", severity=sev, title="Device memory grows every step",
         message=(f"rank {rank} device {device}: live memory grows {mib(slope)} per step over "
-                 f"{len(values)} steps (R^2 {r2:.3f}){where}"),
+                 f"{len(values)} steps (R^2 {sig(r2)}){where}"),
         rank=int(rank), device=int(device) if device >= 0 else None, ts_ns=int(steps["ts"].min()),
         dur_ns=int(ends.max() - steps["ts"].min()), metric="bytes_per_step", value=float(slope),
         threshold=float(cfg.min_leak_bytes_per_step), lost_bytes=lost, evidence=sites), metrics
@@ -205,7 +205,7 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
             threshold = float(f0.bytes)
         else:
             lost = int(frag)
-            msg = (f"rank {rank} device {device}: {mib(frag)} reserved but not allocated ({ratio:.0%} of "
+            msg = (f"rank {rank} device {device}: {mib(frag)} reserved but not allocated ({pct(ratio)} of "
                    f"reserved); no allocation failed")
             ts, dur, sev, metric, value = peak_ts, 0, Severity.INFO, "fragmentation_ratio", round(ratio, 6)
             threshold = cfg.fragmentation_ratio

@@ -10,7 +10,7 @@ import pandas as pd
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames
 from analyzers.streams import STREAM_KEY, queue_series, queue_summary
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct
 
 CUDA_QUEUE_LIMIT = 1024  # the launch queue depth Holistic Trace Analysis assumes for CUDA (and ROCm) streams
 ASCEND_QUEUE_LIMIT = 2013  # 910B: tasks a stream holds (2048 hardware entries) before a launch blocks
@@ -109,7 +109,7 @@ def analyze(frames: Frames, cfg: QueueConfig):
         findings.append(Finding(
             code="QUEUE_CONGESTION", severity=sev, title="Stream queue congested",
             message=(f"rank {key[0]} device {key[1]} stream {key[2]}: queue held up to {peak} of {limit} tasks "
-                     f"(queued or running); host blocked {ms(blocked_ns)} ({share:.1%} of the span) in "
+                     f"(queued or running); host blocked {ms(blocked_ns)} ({pct(share)} of the span) in "
                      f"{n_blocked} of {len(full)} launches made at a full queue, in {len(episodes)} episode(s); "
                      f"queueing delay p50 {ms(d.get('p50', 0))}, p99 {ms(d.get('p99', 0))}"),
             **where, ts_ns=ts_ns, dur_ns=None if ts_ns is None else end_ns - ts_ns,

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, union_ns
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct
 
 
 @dataclass
@@ -134,7 +134,7 @@ def reduce(summaries: list[dict], cfg: RankConfig):
         code="SLOW_RANK", severity=severity, title="Slow rank: the others wait for it in collectives",
         message=(f"rank {straggler} arrived last at {len(mine)} of {len(per)} matched collectives; "
                  f"{len(waiting)} other rank(s) waited {ms(mine['mean_wait_ns'].mean())} on average "
-                 f"each time, {ms(lost)} in all ({share:.1%} of the job's span)"),
+                 f"each time, {ms(lost)} in all ({pct(share)} of the job's span)"),
         rank=straggler, device=by_rank[straggler].get("device"), ts_ns=ts, dur_ns=end - ts,
         metric="collective_wait_caused_ns", value=float(lost), threshold=float(cfg.warning * span),
         lost_ns=lost, ranks=waiting,

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, cover
-from msprof_py.trace.units import ms
+from msprof_py.trace.units import ms, pct
 
 
 @dataclass
@@ -59,7 +59,7 @@ def analyze(frames: Frames, cfg: SyncConfig):
                 top = sync.sort_values("dur", ascending=False).head(cfg.evidence)
                 findings.append(Finding(
                     code="SYNC_STALL", severity=Severity.INFO, title="Host stalls in synchronize calls",
-                    message=(f"rank {rank} thread {tid}: {ms(stalled)} ({stalled / span:.0%} of its span) "
+                    message=(f"rank {rank} thread {tid}: {ms(stalled)} ({pct(stalled / span)} of its span) "
                              f"inside {len(sync)} synchronize calls, {ms(idle_in_sync)} of it with no "
                              f"kernel running; the device idle they cause is reported as BUBBLE_SYNC"),
                     rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",

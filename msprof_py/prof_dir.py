@@ -41,6 +41,7 @@ from msprof_py.trace.atomic import atomic_file, file_mode
 from msprof_py.trace.ground_truth import write_ground_truth
 from msprof_py.trace.parquet import parquet_writer, read_trace, read_trace_meta, write_trace
 from msprof_py.trace.schema import COLUMN_NAMES, DEVICE_KINDS, Trace, arrow_schema, canonical_dictionaries
+from msprof_py.trace.units import ms as ms_text
 
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([A-Z]{16})$")
 EXPORT_DIR = "mindstudio_profiler_output"
@@ -339,7 +340,7 @@ def write_readme(prof: str | Path) -> Path:
     if st.get("summary"):
         s = st["summary"]
         lines.append(f"recorded: {s['events']} events, {s['ranks']} rank(s), {s['devices']} device(s), "
-                     f"{s['steps']} step(s), {s['span_ns'] / 1e6:.3f} ms")
+                     f"{s['steps']} step(s), {ms_text(s['span_ns'])}")
     lines += ["", "files:"]
     for rel in _present(prof):
         text = next((t for pattern, t in _DESCRIBE

@@ -24,7 +24,7 @@ from msprof_py.compare import cost_text
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
-from msprof_py.trace.units import mib, ms, ms_at, sig
+from msprof_py.trace.units import mib, ms, ms_at, pct, sig
 
 FORMATS = tuple(f.value for f in ReportFormat)
 #: Report file extensions and the format each one means.
@@ -263,7 +263,7 @@ def _charts(report: dict[str, Any]) -> dict[str, Any]:
     if lost:
         fig = go.Figure(go.Bar(x=[f["cost"] / 1e6 for _, f in lost], y=[f"{i}. {f['code']}" for i, f in lost],
                                orientation="h", marker_color="#b00020",
-                               hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
+                               hovertemplate="%{y}: %{x:.3~r} ms<extra></extra>"))
         fig.update_layout(title="Time lost per finding (ms)", yaxis_autorange="reversed", template="plotly_white",
                           height=max(180, 90 + 28 * len(lost)), margin=dict(l=10, r=20, t=40, b=40),
                           yaxis_automargin=True, xaxis_title="ms")
@@ -304,7 +304,7 @@ def breakdown_figure(rows: list[dict[str, Any]]):
     fig = go.Figure()
     for part in PARTS:
         fig.add_bar(name=part, x=x, y=[r[f"{part}_ns"] / 1e6 for r in rows], marker_color=_PART_COLOURS[part],
-                    hovertemplate=f"{part}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
+                    hovertemplate=f"{part}: %{{y:.3~r}} ms<extra>step %{{x}}</extra>")
     causes: dict[str, int] = {}
     for r in rows:
         for c, ns in (r.get("idle_by_cause") or {}).items():
@@ -313,11 +313,11 @@ def breakdown_figure(rows: list[dict[str, Any]]):
     for k, c in enumerate(order):
         fig.add_bar(name=f"idle: {cause_label(c)}", x=x, y=[(r.get("idle_by_cause") or {}).get(c, 0) / 1e6 for r in rows],
                     marker_color="#cccccc" if c == UNCLASSIFIED else _IDLE_COLOURS[k % len(_IDLE_COLOURS)],
-                    hovertemplate=f"idle, {cause_label(c)}: %{{y:.3f}} ms<extra>step %{{x}}</extra>")
+                    hovertemplate=f"idle, {cause_label(c)}: %{{y:.3~r}} ms<extra>step %{{x}}</extra>")
     rest = [r["idle_ns"] - sum((r.get("idle_by_cause") or {}).values()) for r in rows]
     if any(v > 0 for v in rest):
         fig.add_bar(name="idle", x=x, y=[v / 1e6 for v in rest], marker_color="#cccccc",
-                    hovertemplate="idle: %{y:.3f} ms<extra>step %{x}</extra>")
+                    hovertemplate="idle: %{y:.3~r} ms<extra>step %{x}</extra>")
     fig.update_layout(barmode="stack", template="plotly_white", height=400, margin=dict(l=10, r=10, t=40, b=40),
                       title="Time per step on the device: compute, communication, copy, idle by cause (ms)",
                       xaxis_title="step", yaxis_title="ms", xaxis_type="category", legend_traceorder="normal")
@@ -334,8 +334,8 @@ def _timeline_figure(go, w: dict[str, Any]):
         colour = _PART_COLOURS.get(cat) or _HOST_COLOURS.get(cat, "#888888")
         fig.add_bar(name=cat, orientation="h", y=[e["lane"] for e in evs], base=[e["ts"] / 1e6 for e in evs],
                     x=[max(e["dur"], 1) / 1e6 for e in evs], marker_color=colour, marker_line_width=0,
-                    customdata=[[e["name"][:120], e["dur"] / 1e3] for e in evs],
-                    hovertemplate="%{customdata[0]}<br>%{customdata[1]:.1f} us<extra>" + cat + "</extra>")
+                    customdata=[[e["name"][:120], e["dur"] / 1e6] for e in evs],
+                    hovertemplate="%{customdata[0]}<br>%{customdata[1]:.3~r} ms<extra>" + cat + "</extra>")
     h0, h1 = w["highlight_start_ns"] / 1e6, w["highlight_end_ns"] / 1e6
     if h1 > h0:
         fig.add_shape(type="rect", xref="x", yref="paper", x0=h0, x1=h1, y0=0, y1=1, layer="below",
@@ -376,7 +376,7 @@ def _device_table(devices: list[dict[str, Any]]) -> tuple[list[str], list[list[s
         cells = [str(d.get("rank")), str(d.get("device"))]
         for key, _, unit in cols:
             v = d.get(key)
-            cells.append("-" if v is None else _ms(v) if unit == "ms" else f"{v:.1%}")
+            cells.append("-" if v is None else _ms(v) if unit == "ms" else pct(v))
         rows.append(cells)
     return head, rows
 
@@ -392,26 +392,26 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
                  ("throughput", _opt(s.get("throughput_steps_per_s"), lambda v: f"{sig(v)} steps/s"), "")]
     util = s.get("device_utilisation_mean")
     if util is not None:
-        rows.append(("device utilisation", f"{util:.1%}",
+        rows.append(("device utilisation", pct(util),
                      "time a compute kernel runs / step time on the device (its span when there are no steps), "
                      "all devices together"))
         idle = s.get("idle_ratio", 1 - util)
         if idle is not None:
-            rows.append(("device idle", f"{idle:.1%}", "1 - device utilisation: no compute kernel running"))
+            rows.append(("device idle", pct(idle), "1 - device utilisation: no compute kernel running"))
     bubble = s.get("bubble_ratio")
     if bubble is not None:
-        rows.append(("bubble ratio", f"{bubble:.1%}", "step time with no compute kernel on the device / step time"))
+        rows.append(("bubble ratio", pct(bubble), "step time with no compute kernel on the device / step time"))
     causes = s.get("idle_by_cause") or {}
     if causes:
         for c, share in sorted(causes.items(), key=lambda kv: -(kv[1] or 0)):
-            rows.append((f"  idle: {cause_label(c)}", _opt(share, lambda v: f"{v:.1%}"), "share of step time"))
+            rows.append((f"  idle: {cause_label(c)}", _opt(share, lambda v: pct(v)), "share of step time"))
         rest = bubble if bubble is not None else s.get("idle_ratio")
         if rest is not None:
             left = rest - sum(v or 0 for v in causes.values())
             if left > 0.0005:
-                rows.append(("  idle: no cause found", f"{left:.1%}", "share of step time"))
+                rows.append(("  idle: no cause found", pct(left), "share of step time"))
     if s.get("comm_overlap_ratio") is not None:
-        rows.append(("communication hidden under compute", f"{s['comm_overlap_ratio']:.1%}",
+        rows.append(("communication hidden under compute", pct(s['comm_overlap_ratio']),
                      "collective time overlapped by compute kernels / collective time"))
     if s.get("peak_memory_bytes") is not None:
         rows.append(("peak device memory", mib(s["peak_memory_bytes"]), ""))
