@@ -11,7 +11,7 @@ import hashlib
 import re
 from array import array
 from collections.abc import Sequence
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
@@ -144,6 +144,8 @@ def decimal_text_to_ns(text: pa.Array, key: str, where: str) -> np.ndarray:
             raise pa.ArrowInvalid("not decimal text")  # what Arrow's cast would let through (".0")
         if length.max(initial=0) > _DECIMAL_CAST_CHARS:
             raise pa.ArrowInvalid("too long for decimal128")  # Arrow's cast wraps round beyond 38 digits
+        if pc.any(pc.match_substring_regex(text, _LONG_EXPONENT)).as_py():
+            raise pa.ArrowInvalid("exponent too long")  # Arrow's cast crashes on 1e-9999999
         dec = text.cast(pa.decimal128(38, 18))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # Beyond decimal128(38, 18) (1e300, 1e-300, 25 decimals) or not a number at all: one
@@ -186,6 +188,9 @@ _NS_PER_US = Decimal(1000)
 #: Longest text sent through Arrow's decimal128(38, 18) cast, which for 39 digits and more can
 #: return a wrapped-round value instead of an error ("9" * 39 -> -26596012780397245730.2).
 _DECIMAL_CAST_CHARS = 32
+#: An exponent of 5 digits or more: Arrow's decimal cast of 1e-9999999 crashes the process
+#: (pyarrow 26), so such text is read one value at a time.
+_LONG_EXPONENT = r"[eE][+-]?[0-9]{5}"
 
 
 def us_text_to_ns(text: str) -> int | str:
@@ -194,7 +199,13 @@ def us_text_to_ns(text: str) -> int | str:
     t = text.strip()
     if not _DECIMAL.fullmatch(t):
         return "not a number"
-    d = Decimal(t)
+    try:
+        d = Decimal(t)
+    except InvalidOperation:  # an exponent beyond Decimal's own (over 18 digits)
+        mantissa, _, exponent = t.lower().partition("e")
+        if not mantissa.strip("+-.0") or exponent.startswith("-"):
+            return 0
+        return "out of range"
     # Exponents far outside int64 ns are settled before any Decimal arithmetic (1e999999999).
     if d.is_zero() or d.adjusted() < -30:
         return 0
