@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -509,7 +510,7 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
     # attribute pass per field takes twice the time.)
     columns = dict(zip(fields, zip(*map(astuple, events)))) if n else dict.fromkeys(fields, ())
     ph_list = columns["ph"]
-    ph = pa.array(ph_list, type=pa.string())
+    ph = _phases(ph_list)
     if ph.null_count:
         i = ph_list.index(None)
         raise TraceFormatError(f"{where}: event {i}: missing 'ph' (event phase)")
@@ -538,6 +539,20 @@ def _columns(events: list[Any], where: str, lenient: bool, keep_extra: bool = Tr
         extra=extras(other, n, pid_str, tid_str, where) if keep_extra else pa.nulls(n, pa.string()),
         skipped=skipped,
     )
+
+
+def _phases(ph: Sequence[str | None]) -> pa.Array:
+    """The ph column. Phases are one ASCII letter: joined into one string, that string's
+    bytes are the column's data as they are (three times faster than converting each)."""
+    try:
+        joined = "".join(ph)  # type: ignore[arg-type]
+    except TypeError:  # a missing ph (None): the caller names the event
+        joined = ""
+    # As long as the events, with none empty: then each is one character.
+    if len(joined) != len(ph) or not joined.isascii() or "" in ph:
+        return pa.array(ph, type=pa.string())
+    return pa.Array.from_buffers(pa.string(), len(ph), [None, pa.py_buffer(np.arange(len(ph) + 1, dtype=np.int32)),
+                                                         pa.py_buffer(joined.encode("ascii"))])
 
 
 def _check_timed(ph: list[str], has_ts: np.ndarray, where: str) -> None:

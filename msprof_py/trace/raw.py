@@ -99,17 +99,27 @@ class RawEvents:
             return b"[]"
         chunks = self.args.chunks if isinstance(self.args, pa.ChunkedArray) else [self.args]
         bounds = np.cumsum([0] + [len(c) for c in chunks])
+        ascending = bool((idx[1:] >= idx[:-1]).all())
+        # Each chunk's rows: a slice of idx when it ascends (it does when made by flatnonzero).
+        cuts = np.searchsorted(idx, bounds) if ascending else None
         parts = []
         # Per chunk, so the verbatim args never need one contiguous copy.
-        for c, lo, hi in zip(chunks, bounds[:-1], bounds[1:]):
-            sel = idx[(idx >= lo) & (idx < hi)] - lo
+        for k, (c, lo, hi) in enumerate(zip(chunks, bounds[:-1], bounds[1:])):
+            sel = idx[cuts[k]:cuts[k + 1]] - lo if cuts is not None else idx[(idx >= lo) & (idx < hi)] - lo
             if len(sel):
-                parts.append(c.take(pa.array(sel)).fill_null("{}").cast(pa.large_string()))
-        texts = pa.concat_arrays(parts)
+                part = c.take(pa.array(sel))
+                parts.append(part.fill_null("{}") if part.null_count else part)
+        # The join's text is one value: large_string when it may pass 2 GiB (or a chunk is one).
+        large = (sum(p.nbytes for p in parts) + len(idx) >= 2**31 - 1
+                 or any(p.type != pa.string() for p in parts))
+        if large:
+            parts = [p.cast(pa.large_string()) for p in parts]
+        texts = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+        lists = (pa.LargeListArray if large else pa.ListArray).from_arrays(
+            pa.array([0, len(texts)], pa.int64() if large else pa.int32()), texts)
         # All of them as one list, joined by ',' in one Arrow call; then '[' ... ']' around.
-        joined = pc.binary_join(pa.LargeListArray.from_arrays(pa.array([0, len(texts)], pa.int64()), texts),
-                                pa.scalar(",", pa.large_string()))
-        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64)
+        joined = pc.binary_join(lists, pa.scalar(",", texts.type))
+        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64 if large else np.int32)
         first, last = int(offsets[joined.offset]), int(offsets[joined.offset + 1])
         out = bytearray(last - first + 2)
         out[0], out[-1] = 0x5B, 0x5D  # '[' and ']'

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from operator import attrgetter
 from typing import Any, Callable
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from msgspec.structs import astuple
 
 from msprof_py.trace.raw import RawEvents
 from msprof_py.trace.schema import KINDS
@@ -160,18 +161,28 @@ def int_args(raw: RawEvents, idx: np.ndarray, keys: dict[str, str]) -> dict[str,
     """
     if not len(idx):
         return {k: pa.array([], type=pa.int64()) for k in keys}
-    fields = [(f"f{i}", int | None, msgspec.field(default=None, name=key)) for i, key in enumerate(keys.values())]
-    strict = msgspec.defstruct("IntArgs", fields, gc=False)
+    strict, loose = _int_structs(tuple(keys.values()))
     blob = raw.args_array_json(idx)
     try:
-        rows = msgspec.json.decode(blob, type=list[strict])
-        values = list(zip(*map(astuple, rows))) if rows else [()] * len(keys)  # one pass: a column per key
-        return {out: pa.array(col, type=pa.int64()) for out, col in zip(keys, values)}
+        rows = strict.decode(blob)
+        # A column per key straight from the rows: no tuple per row (zip(*rows) builds one,
+        # and unpacks every row into one call).
+        return {out: pa.array(map(attrgetter(f"f{i}"), rows), type=pa.int64(), size=len(rows))
+                for i, out in enumerate(keys)}
     except (msgspec.ValidationError, OverflowError):
-        loose = msgspec.defstruct("AnyArgs", [(f, Any, d) for f, _t, d in fields], gc=False)
         rows = decode_args_texts([t or "{}" for t in raw.args_of(idx)], loose)
         return {out: pa.array([to_int(getattr(r, f"f{i}")) for r in rows], type=pa.int64())
                 for i, out in enumerate(keys)}
+
+
+@functools.lru_cache(maxsize=32)
+def _int_structs(keys: tuple[str, ...]) -> tuple[msgspec.json.Decoder, type]:
+    """For int_args: a decoder of a list of the args as ints (made once per set of keys), and
+    the same struct with untyped fields, for the rows that hold something else."""
+    fields = [(f"f{i}", int | None, msgspec.field(default=None, name=key)) for i, key in enumerate(keys)]
+    strict = msgspec.defstruct("IntArgs", fields, gc=False)
+    loose = msgspec.defstruct("AnyArgs", [(f, Any, d) for f, _t, d in fields], gc=False)
+    return msgspec.json.Decoder(list[strict]), loose
 
 
 def float_args(raw: RawEvents, idx: np.ndarray, key: str) -> np.ndarray:
