@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -44,11 +44,36 @@ _UNKNOWN_FIELD = re.compile(r"unknown field `(.*)` - at `", re.S)
 _PATH_INDEX = re.compile(r"\$(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?")
 
 
-def _event_struct(extra_keys: tuple[str, ...]) -> type:
+#: Every phase of the Trace Event Format, and the categories Kineto and torch_npu write: a
+#: decode that knows them returns these very strings instead of a new string per event (a
+#: tenth of a Kineto trace's decode). Any other value sends the decode to plain strings.
+_PHASES = tuple("BEXiICbneSTpFstfPNODMVvRc()")
+_CATEGORIES = (
+    "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
+    "user_annotation", "python_function", "ac2g", "fwdbwd", "Trace", "cuda_sync", "cuda_event",
+    "cpu_instant_event", "overhead", "cuda_profiler_range", "external_correlation", "async_task", "Runtime",
+    "Operator", "collective_comm", "mtia_runtime", "mtia_ccp_events", "mtia_insight", "mtia_counters",
+    "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver", "xpu_sync", "xpu_scope_profiler",
+    "privateuse1_runtime", "privateuse1_driver", "HostToDevice", "async_npu", "async_task_queue", "enqueue",
+    "dequeue",
+)
+
+
+class _Keys(NamedTuple):
+    """What the event struct of a batch is made for: the extra keys seen so far, and whether
+    ph and cat are decoded as known strings (see _PHASES) until a value is not one of them."""
+
+    extra: tuple[str, ...] = _COMMON_EXTRA
+    known: bool = True
+
+
+def _event_struct(keys: _Keys) -> type:
+    ph: Any = Literal[_PHASES] if keys.known else str  # type: ignore[valid-type]
+    cat: Any = Literal[_CATEGORIES] if keys.known else str  # type: ignore[valid-type]
     fields: list[tuple[str, Any, Any]] = [
-        ("ph", str | None, None),
+        ("ph", ph | None, None),
         ("name", str | None, None),
-        ("cat", str | None, None),
+        ("cat", cat | None, None),
         ("pid", int | str | None, None),
         ("tid", int | str | None, None),
     ]
@@ -61,7 +86,7 @@ def _event_struct(extra_keys: tuple[str, ...]) -> type:
     fields.append(("args", msgspec.Raw, ABSENT))
     # Other keys may be any JSON string ("Trace name", "", "\u00e9"): each gets an attribute
     # name of its own, x0, x1, ..., decoded from the key as it is spelled.
-    for i, key in enumerate(extra_keys):
+    for i, key in enumerate(keys.extra):
         fields.append((f"x{i}", msgspec.Raw, msgspec.field(default=ABSENT, name=key)))
     return msgspec.defstruct("ChromeEvent", fields, forbid_unknown_fields=True, gc=False)
 
@@ -146,13 +171,13 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
     except msgspec.DecodeError as exc:
         raise _json_error(where, bytes(data), exc) from None
     pieces: list[RawEvents] = []
-    extra_keys: tuple[str, ...] = _COMMON_EXTRA
+    keys = _Keys()
     base = 0
     batches = _batches(data, items)
     del items  # the batch generator owns the event list now and drops it once split
     for blob, count in batches:
         try:
-            events, skipped, extra_keys = _decode_events(blob, where, lenient, extra_keys)
+            events, skipped, keys = _decode_events(blob, where, lenient, keys)
             del blob
             piece = _columns(events, where, lenient, extras)
         except TraceFormatError as exc:
@@ -202,7 +227,7 @@ def _decode_plain(data: bytes | bytearray, first: bytes, where: str, lenient: bo
         return None
     top, start, end = layout
     pieces: list[RawEvents] = []
-    extra_keys: tuple[str, ...] = _COMMON_EXTRA
+    keys = _Keys()
     lo = start
     try:
         while lo <= end:
@@ -211,7 +236,7 @@ def _decode_plain(data: bytes | bytearray, first: bytes, where: str, lenient: bo
             hi = _next_cut(data, lo + CHUNK_BYTES, end)
             for _ in range(_CUT_TRIES):
                 try:
-                    events, extra_keys = _decode_span(data, lo, hi, where, extra_keys)
+                    events, keys = _decode_span(data, lo, hi, where, keys)
                     break
                 except TraceFormatError:
                     if hi == end:
@@ -238,20 +263,20 @@ def _next_cut(data: bytes | bytearray, pos: int, end: int) -> int:
 
 
 def _decode_span(data: bytes | bytearray, lo: int, hi: int, where: str,
-                 extra_keys: tuple[str, ...]) -> tuple[list[Any], tuple[str, ...]]:
+                 keys: _Keys) -> tuple[list[Any], _Keys]:
     """The events in data[lo:hi] (a run of comma-separated objects), decoded as one array."""
     if not isinstance(data, bytearray):
-        events, _skipped, extra_keys = _decode_events(b"[" + data[lo:hi] + b"]", where, False, extra_keys)
-        return events, extra_keys
+        events, _skipped, keys = _decode_events(b"[" + data[lo:hi] + b"]", where, False, keys)
+        return events, keys
     saved = data[lo - 1], data[hi]
     data[lo - 1], data[hi] = 0x5B, 0x5D  # '[' and ']'
     view = memoryview(data)
     try:
-        events, _skipped, extra_keys = _decode_events(view[lo - 1:hi + 1], where, False, extra_keys)
+        events, _skipped, keys = _decode_events(view[lo - 1:hi + 1], where, False, keys)
     finally:
         view.release()
         data[lo - 1], data[hi] = saved
-    return events, extra_keys
+    return events, keys
 
 
 def _plain_layout(data: bytes | bytearray, first: bytes) -> tuple[dict[str, Any], int, int] | None:
@@ -401,27 +426,35 @@ def _shifted(exc: TraceFormatError, base: int) -> TraceFormatError:
 
 
 @functools.lru_cache(maxsize=64)
-def _decoder(extra_keys: tuple[str, ...]) -> tuple[type, msgspec.json.Decoder]:
-    """The event struct for these extra keys and a decoder of a batch of them (made once)."""
-    struct = _event_struct(extra_keys)
+def _decoder(keys: _Keys) -> tuple[type, msgspec.json.Decoder]:
+    """The event struct for these keys and a decoder of a batch of them (made once)."""
+    struct = _event_struct(keys)
     return struct, msgspec.json.Decoder(list[struct], float_hook=str)
 
 
-def _decode_events(data: Any, where: str, lenient: bool,
-                   extra: tuple[str, ...]) -> tuple[list[Any], int, tuple[str, ...]]:
-    for _ in range(256):
-        struct, decoder = _decoder(extra)
+def _decode_events(data: Any, where: str, lenient: bool, keys: _Keys) -> tuple[list[Any], int, _Keys]:
+    tries = 256
+    while tries:
+        tries -= 1
+        struct, decoder = _decoder(keys)
         try:
-            return decoder.decode(data), 0, extra
+            return decoder.decode(data), 0, keys
         except msgspec.ValidationError as exc:
             m = _UNKNOWN_FIELD.search(str(exc))
             key = m.group(1) if m else None
+            extra = keys.extra
             if key is not None and _nameable(key) and key not in extra and key not in _COLUMN_KEYS:
-                extra = (*extra, key)
+                keys = keys._replace(extra=(*extra, key))
+                continue
+            if keys.known:
+                # A phase or category of its own, or a bad event: plain strings from here on
+                # (the decode as it always was, which words any error).
+                keys = keys._replace(known=False)
+                tries += 1  # a retry that adds no key
                 continue
             if lenient:
                 events, skipped = _decode_leniently(data, struct, where)
-                return events, skipped, extra
+                return events, skipped, keys
             if key is not None:
                 at = _PATH_INDEX.search(str(exc))
                 raise TraceFormatError(f"{where}: event {at.group(1) if at else '?'}: key {shown(key)} holds a "
