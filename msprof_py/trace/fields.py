@@ -310,7 +310,7 @@ def object_texts(raws: list[Any], key: str, where: str) -> pa.Array:
     first byte, read from the joined buffer: no per-value comparison of strings.
     """
     arr, present, data = _raw_buffers(raws)
-    text = _utf8(arr, raws, f"'{key}' is not valid UTF-8", where)
+    text = _utf8(arr, raws, f"'{key}' is not valid UTF-8", where, data)
     rows = np.flatnonzero(present)
     if not len(rows):
         return text
@@ -328,14 +328,22 @@ def object_texts(raws: list[Any], key: str, where: str) -> pa.Array:
     return text
 
 
-def _utf8(arr: pa.Array, raws: list[Any], problem: str, where: str) -> pa.Array:
+def _utf8(arr: pa.Array, raws: list[Any], problem: str, where: str, data: np.ndarray | None = None) -> pa.Array:
     """Raw JSON text (binary) as strings; the decoder does not check a Raw value's UTF-8, so
-    this does, naming the first event whose text is not valid."""
+    this does, naming the first event whose text is not valid. `data`: the array's bytes."""
+    if _ascii(arr, data):
+        return arr.view(pa.string())
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
         i = next(i for i, r in enumerate(raws) if bad_utf8_offset(bytes(r)) >= 0)
         raise TraceFormatError(f"{where}: event {i}: {problem}") from None
+
+
+def _ascii(arr: pa.Array, data: np.ndarray | None) -> bool:
+    """Whether a binary array's bytes `data` are all ASCII, hence valid UTF-8: then the
+    array is a string array as it is (a view), without the cast's validation pass."""
+    return data is not None and arr.type == pa.binary() and arr.offset == 0 and not (data >= 0x80).any()
 
 
 def is_object_or_null(raw: Any) -> bool:
@@ -397,6 +405,8 @@ def extras(columns: list[tuple[str, Sequence[Any]]], n: int, pid_str: dict[int, 
                                  [pa.py_buffer(np.packbits(rows, bitorder="little")),
                                   pa.py_buffer(offsets if big else offsets.astype(np.int32)), pa.py_buffer(out)],
                                  null_count=n - int(np.count_nonzero(rows)))
+    if _ascii(text, out):
+        return text.view(pa.string())
     try:
         return text.cast(pa.string())
     except pa.ArrowInvalid:

@@ -84,12 +84,35 @@ class RawEvents:
         self.__dict__.pop("_encoded", None)
 
     def take(self, column: str, idx: np.ndarray | list[int]) -> pa.Array:
-        """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra)."""
-        return getattr(self, column).take(pa.array(np.asarray(idx, dtype=np.int64)))
+        """Rows `idx` of an Arrow-backed column (ph, name, cat, id, args, extra); ph, name and
+        cat come dictionary-encoded (their encoding is made once: a take moves indices, and
+        tests on the values run once per distinct value)."""
+        rows = pa.array(np.asarray(idx, dtype=np.int64))
+        if column in ("ph", "name", "cat"):
+            return self.encoded(column).take(rows)
+        return getattr(self, column).take(rows)
 
     def args_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         """The verbatim `args` JSON text of rows `idx`."""
-        return self.args.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
+        idx = np.asarray(idx, dtype=np.int64)
+        return [v for part in self._args_parts(idx) for v in part.to_pylist()]
+
+    def _args_parts(self, idx: np.ndarray) -> list[pa.Array]:
+        """The `args` of rows `idx` taken chunk by chunk (a take on the chunked column would
+        first join its chunks: a copy of all of them), in chunk order; `idx` usually ascends."""
+        chunks = self.args.chunks if isinstance(self.args, pa.ChunkedArray) else [self.args]
+        bounds = np.cumsum([0] + [len(c) for c in chunks])
+        ascending = bool((idx[1:] >= idx[:-1]).all())
+        if not ascending and len(chunks) > 1:
+            return [self.args.take(pa.array(idx))]
+        # Each chunk's rows: a slice of idx when it ascends (it does when made by flatnonzero).
+        cuts = np.searchsorted(idx, bounds) if ascending else np.array([0, len(idx)])
+        parts = []
+        for k, (c, lo) in enumerate(zip(chunks, bounds[:-1])):
+            sel = idx[cuts[k]:cuts[k + 1]] - lo
+            if len(sel):
+                parts.append(c.take(pa.array(sel)))
+        return parts
 
     def args_array_json(self, idx: np.ndarray | list[int]) -> bytes | bytearray:
         """The `args` of rows `idx` as one JSON array text (`{}` for rows without args), built
@@ -97,18 +120,7 @@ class RawEvents:
         idx = np.asarray(idx, dtype=np.int64)
         if not len(idx):
             return b"[]"
-        chunks = self.args.chunks if isinstance(self.args, pa.ChunkedArray) else [self.args]
-        bounds = np.cumsum([0] + [len(c) for c in chunks])
-        ascending = bool((idx[1:] >= idx[:-1]).all())
-        # Each chunk's rows: a slice of idx when it ascends (it does when made by flatnonzero).
-        cuts = np.searchsorted(idx, bounds) if ascending else None
-        parts = []
-        # Per chunk, so the verbatim args never need one contiguous copy.
-        for k, (c, lo, hi) in enumerate(zip(chunks, bounds[:-1], bounds[1:])):
-            sel = idx[cuts[k]:cuts[k + 1]] - lo if cuts is not None else idx[(idx >= lo) & (idx < hi)] - lo
-            if len(sel):
-                part = c.take(pa.array(sel))
-                parts.append(part.fill_null("{}") if part.null_count else part)
+        parts = [p.fill_null("{}") if p.null_count else p for p in self._args_parts(idx)]
         # The join's text is one value: large_string when it may pass 2 GiB (or a chunk is one).
         large = (sum(p.nbytes for p in parts) + len(idx) >= 2**31 - 1
                  or any(p.type != pa.string() for p in parts))
@@ -121,10 +133,7 @@ class RawEvents:
         joined = pc.binary_join(lists, pa.scalar(",", texts.type))
         offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64 if large else np.int32)
         first, last = int(offsets[joined.offset]), int(offsets[joined.offset + 1])
-        out = bytearray(last - first + 2)
-        out[0], out[-1] = 0x5B, 0x5D  # '[' and ']'
-        out[1:-1] = memoryview(joined.buffers()[2])[first:last]
-        return out
+        return b"".join((b"[", memoryview(joined.buffers()[2])[first:last], b"]"))
 
     def ids_of(self, idx: np.ndarray | list[int]) -> list[str | None]:
         return self.id.take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()

@@ -157,9 +157,13 @@ def from_raw(raw: RawEvents, *, where: str = "trace", analysis_only: bool = Fals
                      world_size=world, source_meta=raw.top)
     if raw.skipped:
         meta.extra["skipped_events"] = raw.skipped
-    cols = {**raw_columns(raw, origin, analysis_only), **typed.columns()}
+    # The table's order (build_table's: stable by rank, then ts), applied here while the typed
+    # columns are still numpy: cheaper than Arrow's take on nullable columns.
+    perm = np.lexsort((np.where(raw.has_ts, raw.ts_ns - origin, 0), typed.rank))
+    order = None if np.array_equal(perm, np.arange(len(perm))) else perm
+    cols = {**raw_columns(raw, origin, analysis_only, order), **typed.columns(order)}
     raw.release()
-    return build_table(cols, meta)
+    return build_table(cols, meta, sort=False)
 
 
 def generic_derive(raw: RawEvents) -> common.Typed:
@@ -172,17 +176,28 @@ def generic_derive(raw: RawEvents) -> common.Typed:
     return t
 
 
-def raw_columns(raw: RawEvents, origin: int, analysis_only: bool = False) -> dict[str, Any]:
+def raw_columns(raw: RawEvents, origin: int, analysis_only: bool = False,
+                order: np.ndarray | None = None) -> dict[str, Any]:
+    """The raw columns as the table's, in row order `order` (None: as they are)."""
     ts = np.where(raw.has_ts, raw.ts_ns - origin, 0)
     text = {"args": raw.args, "extra": raw.extra}
     if analysis_only:  # not sorted nor kept: nothing downstream reads them
         text = {k: pa.nulls(len(raw), pa.string()) for k in text}
     # The table stores ph, name and cat dictionary-encoded: the importer's encodings serve.
     ph, name, cat = (raw.encoded(k) for k in ("ph", "name", "cat"))
-    return {
+    cols = {
         "ph": ph, "name": name, "cat": cat, "ts": ts, "dur": raw.dur_ns,
         "pid": raw.pid, "tid": raw.tid, "id": raw.id, **text,
     }
+    if order is None:
+        return cols
+    rows = pa.array(order)
+    for k, v in cols.items():
+        if isinstance(v, np.ndarray):
+            cols[k] = v[order]
+        else:  # dictionary columns move indices, not strings
+            cols[k] = (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v).take(rows)
+    return cols
 
 
 def _from_export(raw: RawEvents, where: str, analysis_only: bool = False) -> Trace:

@@ -100,11 +100,17 @@ class Typed:
     def get(self, col: str) -> tuple[np.ndarray, np.ndarray]:
         return self._ints[col]
 
-    def columns(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind.to_arrow(), "rank": self.rank}
+    def columns(self, order: np.ndarray | None = None) -> dict[str, Any]:
+        """The typed columns, in row order `order` (None: as they are)."""
+        def rows(a: np.ndarray) -> np.ndarray:
+            return a if order is None else a[order]
+
+        kind = KindColumn(0)
+        kind.codes = rows(self.kind.codes)
+        out: dict[str, Any] = {"kind": kind.to_arrow(), "rank": rows(self.rank)}
         for col, (data, valid) in self._ints.items():
-            out[col] = pa.array(data, mask=~valid)
-        out["value"] = pa.array(self.value, mask=~self.value_set)
+            out[col] = pa.array(rows(data), mask=~rows(valid))
+        out["value"] = pa.array(rows(self.value), mask=~rows(self.value_set))
         return out
 
 
