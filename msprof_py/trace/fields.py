@@ -96,10 +96,21 @@ def _raw_buffers(raws: Sequence[Any]) -> tuple[pa.Array, np.ndarray, np.ndarray]
 def times_ns(values: list[Any], key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond values (ints, float literal text, numeric strings) -> exact int64 ns."""
     try:
-        # Fast path: all integers (most Kineto traces) or absent.
-        us = pa.array(values, type=pa.int64())
-        present = us.is_valid().to_numpy(zero_copy_only=False)
-        us_np = us.fill_null(0).to_numpy()
+        # Fast path: all integers (most Kineto traces) or absent. Without an absent one,
+        # array('q') takes them in half the time of pa.array; it also takes bools (ints in
+        # Python), which compare equal to 1 and 0: with either value about, pa.array decides.
+        if not (values.count(True) or values.count(False)):
+            try:
+                us_np = np.frombuffer(array("q", values), dtype=np.int64)
+                present = np.ones(len(us_np), dtype=bool)
+            except (TypeError, OverflowError):  # None, str or a big int: the way below
+                us_np = None
+        else:
+            us_np = None
+        if us_np is None:
+            us = pa.array(values, type=pa.int64())
+            present = us.is_valid().to_numpy(zero_copy_only=False)
+            us_np = us.fill_null(0).to_numpy()
         # Compared on both sides, not through abs(): abs(INT64_MIN) wraps round to itself.
         wide = (us_np >= _MAX_US) | (us_np <= -_MAX_US)
         if wide.any():
