@@ -60,21 +60,13 @@ def read_bytes(path: str | Path, progress: Progress | None = None) -> bytes | by
 
 
 def _gunzip(fh, size: int, progress: Progress | None) -> bytearray:
-    """Decompress into one buffer sized from the gzip trailer. A single-member file (what
-    profilers write) is inflated in one call, then copied once into a writable buffer; any
-    other is streamed into the buffer, with no second copy of the JSON."""
+    """Decompress into one buffer sized from the gzip trailer: no second copy of the JSON."""
     fh.seek(-4, os.SEEK_END)
     expected = int.from_bytes(fh.read(4), "little")  # ISIZE: uncompressed size mod 2**32
     fh.seek(0)
     # A truncated or corrupt file has a meaningless trailer: trust it only up to a ratio real
     # traces stay under (they compress ~20:1), and grow the buffer if the data goes beyond.
     expected = min(expected, size * 64)
-    whole = gz.inflate_single(fh.read(), expected)
-    if whole is not None:
-        if progress:
-            progress("decompress", size, size)
-        return bytearray(whole)  # writable: the decoder batches in place
-    fh.seek(0)
     buf = bytearray(expected + 1)
     view = memoryview(buf)
     filled = 0
