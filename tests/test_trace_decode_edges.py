@@ -172,3 +172,16 @@ def test_cli_says_out_of_range(tmp_path):
     result = runner.invoke(app, ["info", str(src)])
     assert result.exit_code == 2
     assert result.stderr == f"msprof-py: error: {src}: event 0: 'ts' 1e300 is out of range (int64 nanoseconds)\n"
+
+
+# ---------------------------------------------------------------- extreme exponents
+
+def test_a_vanishing_exponent_is_zero_and_a_huge_string_one_is_out_of_range():
+    """Regressions: ts 1e-9999999 crashed the process inside the decimal cast; a string ts with a
+    huge exponent raised decimal.InvalidOperation instead of the project's one-line error."""
+    trace = import_bytes(events(x(b"1e-9999999")))
+    assert trace.table.column("ts").to_pylist() == [0]
+    assert trace.table.column("dur").to_pylist() == [2000]
+    with pytest.raises(TraceFormatError) as err:
+        import_bytes(events(x(b'"748e99999999"')))
+    assert err.value.one_line() == "trace: event 0: 'ts' 748e99999999 is out of range (int64 nanoseconds)"
