@@ -80,7 +80,11 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
     kind_code = {name: i for i, name in enumerate(kind_names)}
 
     def of_kinds(kinds: tuple[str, ...]) -> np.ndarray:
-        return np.isin(kind, [kind_code[k] for k in kinds if k in kind_code])
+        # A lookup table indexed by code (np.isin sorts the whole column); the extra last slot
+        # is where a null's -1 lands.
+        wanted = np.zeros(len(kind_names) + 1, dtype=bool)
+        wanted[[kind_code[k] for k in kinds if k in kind_code]] = True
+        return wanted[kind]
 
     ts, dur = _ints(table.column("ts")), _ints(table.column("dur"))
     # Metadata rows (process names, sort indices) carry no time of their own; Kineto stamps
@@ -139,13 +143,17 @@ def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     typ = col.type
     dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(typ) else 'u'}{typ.bit_width // 8}")
     values = np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
-    values = values.astype(np.int64)
+    values = values.astype(np.int64, copy=False)
     return np.where(_valid(col), values, 0) if col.null_count else values
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     """A dictionary column as codes into one list of its values (chunks may each have their own
     dictionary); -1 where null."""
+    if col.num_chunks == 1 and col.chunks[0].indices.null_count == 0:
+        # One dictionary, no nulls (the usual Parquet read): the indices are the codes.
+        chunk = col.chunks[0]
+        return _ints(chunk.indices), chunk.dictionary.to_pylist()
     values: dict = {}
     parts = []
     for chunk in col.chunks:
@@ -157,22 +165,46 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
 
 
 def _distinct(values: np.ndarray) -> tuple[int, ...]:
-    """The distinct values, ascending (np.unique loads numpy.ma on its first call)."""
+    """The distinct values, ascending."""
+    return tuple(_distinct_array(values).tolist())
+
+
+def _distinct_array(values: np.ndarray) -> np.ndarray:
+    """np.unique without its first-call import of numpy.ma."""
     values = np.sort(values)
     keep = np.ones(len(values), dtype=bool)
     keep[1:] = values[1:] != values[:-1]
-    return tuple(values[keep].tolist())
+    return values[keep]
 
 
 def _streams(rank: np.ndarray, device: np.ndarray, has_device: np.ndarray, stream: np.ndarray) -> tuple[StreamSet, ...]:
-    keys = np.stack([rank, (~has_device).astype(np.int64), device, stream], axis=1)
-    # Sorted by rank, then rows with a device before those without (the odd ones out), then
-    # device, then stream: np.unique(axis=0) without its first-call import of numpy.ma.
-    keys = keys[np.lexsort(keys.T[::-1])]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+    # Distinct (rank, no device, device, stream), sorted by rank, then rows with a device before
+    # those without (the odd ones out), then device, then stream.
+    parts = [rank, (~has_device).astype(np.int64), device, stream]
+    lows = [int(p.min()) if len(p) else 0 for p in parts]
+    spans = [int(p.max()) - low + 1 if len(p) else 1 for p, low in zip(parts, lows)]
+    if np.prod(np.array(spans, dtype=np.float64)) < 2.0 ** 62:
+        # One int64 key per row in mixed radix (column order kept): a single-key sort.
+        packed = np.zeros(len(rank), dtype=np.int64)
+        for p, low, span in zip(parts, lows, spans):
+            packed = packed * span + (p - low)
+        total = int(np.prod(spans))
+        # Few possible keys (the usual case): a count per key, no sort.
+        packed = np.flatnonzero(np.bincount(packed, minlength=total)) if total <= max(4 * len(packed), 1 << 16) \
+            else _distinct_array(packed)
+        rows = []
+        for span in reversed(spans):
+            rows.append(packed % span)
+            packed = packed // span
+        keys = np.stack([r + low for r, low in zip(reversed(rows), lows)], axis=1)
+    else:
+        keys = np.stack(parts, axis=1)
+        keys = keys[np.lexsort(keys.T[::-1])]
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+        keys = keys[first]
     by_place: dict[tuple[int, int | None], list[int]] = {}
-    for r, none, d, st in keys[first].tolist():
+    for r, none, d, st in keys.tolist():
         by_place.setdefault((r, None if none else d), []).append(st)
     return tuple(StreamSet(r, d, tuple(streams)) for (r, d), streams in by_place.items())
 
