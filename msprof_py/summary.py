@@ -256,7 +256,7 @@ def render(summary: Summary, title: str | None = None, name_chars: int | None = 
     overview.add_column(style="bold")
     overview.add_column()
     rows = [
-        ("source format", Text(summary.source_format)),
+        ("source format", summary.source_format),
         ("events", f"{summary.events:,}"),
         ("span", f"{format_ns(summary.span_ns)} ({summary.span_ns:,} ns)"),
         ("ranks", _counted(summary.ranks)),
@@ -265,21 +265,23 @@ def render(summary: Summary, title: str | None = None, name_chars: int | None = 
     ]
     if summary.skipped_events:
         rows.append(("skipped events", f"{summary.skipped_events:,}"))
+    # Every cell as Text: plain strings would each be parsed as rich markup and emoji codes
+    # (about a tenth of `info`'s work) for text that holds neither, or must not be read as such.
     for key, value in rows:
-        overview.add_row(f"{key}:", value)
+        overview.add_row(Text(f"{key}:"), Text(value))
 
     kinds = Table(title="events per kind", title_justify="left")
     kinds.add_column("kind")
     kinds.add_column("events", justify="right")
     for k, n in summary.kinds.items():
-        kinds.add_row(k, f"{n:,}")
+        kinds.add_row(Text(k), Text(f"{n:,}"))
 
     streams = Table(title="device streams", title_justify="left")
     streams.add_column("rank", justify="right")
     streams.add_column("device", justify="right")
     streams.add_column("streams")
     for s in summary.streams:
-        streams.add_row(str(s.rank), "-" if s.device is None else str(s.device), _int_list(s.streams))
+        streams.add_row(Text(str(s.rank)), Text("-" if s.device is None else str(s.device)), Text(_int_list(s.streams)))
 
     parts: list[RenderableType] = [overview, kinds]
     if summary.streams:
@@ -300,7 +302,7 @@ def _name_table(title: str, names: tuple[NameTime, ...], name_chars: int | None)
     for n in names:
         share = sig(100 * n.share_of_span)
         # Text, not str: names such as "[memory]" must not be read as rich markup.
-        table.add_row(Text(_clip(n.name, name_chars)), f"{n.count:,}", sig(n.total_ns / 1e6), share)
+        table.add_row(Text(_clip(n.name, name_chars)), Text(f"{n.count:,}"), Text(sig(n.total_ns / 1e6)), Text(share))
     if not names:
         table.add_row("(none)", "", "", "")
     return table
