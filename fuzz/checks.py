@@ -2,8 +2,9 @@
 
 Anything else is a `FuzzFailure`: another exception type, a multi-line or unbounded message,
 a numpy overflow warning (a silently wrong number), an imported table that breaks the schema,
-strict and lenient imports that disagree, or, through the CLI, anything but exit 0 or exit 2
-with one line on stderr and no output left behind.
+strict and lenient imports that disagree, an import by the native scanner that differs from the
+msgspec decoder's (table, metadata or error text), or, through the CLI, anything but exit 0 or
+exit 2 with one line on stderr and no output left behind.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from msprof_py.errors import MsprofError
-from msprof_py.trace import Trace, read_trace, write_trace
+from msprof_py.trace import Trace, chrome, read_trace, write_trace
 from msprof_py.trace.importers import import_bytes, import_trace
 from msprof_py.trace.schema import validate
 
@@ -65,6 +66,12 @@ def check_json(data: bytes, *, file: Path | None = None) -> str:
     """Import `data` strictly and leniently (from `file` too when given); returns "ok" or "error"."""
     strict = outcome(lambda: import_bytes(data, where="fuzz"), "fuzz")
     lenient = outcome(lambda: import_bytes(data, where="fuzz", lenient=True), "fuzz")
+    if chrome._scan is not None:
+        pure = outcome(lambda: _without_native(lambda: import_bytes(data, where="fuzz")), "fuzz")
+        if _what(pure) != _what(strict) or (isinstance(strict, Trace) and not (
+                strict.table.equals(pure.table, check_metadata=True) and strict.meta == pure.meta)):
+            raise FuzzFailure(f"the native scanner's import ({_what(strict)}) differs from the msgspec "
+                              f"decoder's ({_what(pure)})")
     for got in (strict, lenient):
         if isinstance(got, Trace):
             check_trace(got, "fuzz")
@@ -81,6 +88,15 @@ def check_json(data: bytes, *, file: Path | None = None) -> str:
         if isinstance(via_file, Trace):
             check_trace(via_file, str(file))
     return "ok" if isinstance(strict, Trace) else "error"
+
+
+def _without_native(call: Callable[[], Any]) -> Any:
+    """`call()` with the native scanner off: the msgspec decoder's answer."""
+    scan, chrome._scan = chrome._scan, None
+    try:
+        return call()
+    finally:
+        chrome._scan = scan
 
 
 def check_roundtrip(trace: Trace, directory: Path) -> None:

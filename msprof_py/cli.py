@@ -128,8 +128,9 @@ def _switches(task_time: OnOff | None, runtime_api: OnOff | None, hccl: OnOff | 
 
 
 def version_line() -> str:
-    """`msprof-py --version`: the package version and which emulator core runs, since a pure-Python
-    core (no C compiler at install, or a source edited since) makes every emulated run slower."""
+    """`msprof-py --version`: the package version, which emulator core runs and what scans JSON,
+    since a pure-Python core (no C compiler at install, or a source edited since) makes every
+    emulated run slower, and an import without the native scanner takes twice as long."""
     import warnings
 
     with warnings.catch_warnings():  # a stale core's import warning: the line below says it
@@ -137,8 +138,10 @@ def version_line() -> str:
         import runtime_emu
         from runtime_emu import _loader
 
+    from msprof_py.trace import native
+
     core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
-    return f"{PROG} {__version__} (emulator core: {core})"
+    return f"{PROG} {__version__} (emulator core: {core}; JSON import: {native.state()})"
 
 
 def _print_version(value: bool) -> None:
@@ -152,7 +155,8 @@ def _root(
     ctx: typer.Context,
     version: Annotated[Optional[bool], typer.Option(
         "--version", is_eager=True, callback=_print_version,
-        help="Print the version and whether the emulator core is compiled or pure Python, then exit.")] = None,
+        help="Print the version, whether the emulator core is compiled or pure Python and whether "
+             "JSON imports use the native scanner, then exit.")] = None,
     application: Annotated[Optional[str], typer.Option(
         "--application", show_default=False,
         help='Program to profile, e.g. "python app.py --lr 0.1" (or give it after the options: '

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import runtime_emu
 from msprof_py import __version__, capture, prof_dir
 from msprof_py.cli import app
+from msprof_py.trace import chrome, native
 from runtime_emu import _loader, scenarios
 
 runner = CliRunner()
@@ -182,14 +183,22 @@ def test_version_says_which_emulator_core_runs():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
     core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
-    assert result.stdout == f"msprof-py {__version__} (emulator core: {core})\n"
+    scanner = "native scanner" if chrome._scan is not None else f"msgspec; {native.reason}"
+    assert result.stdout == f"msprof-py {__version__} (emulator core: {core}; JSON import: {scanner})\n"
 
 
 def test_version_with_the_pure_core_forced():
     out = subprocess.run([sys.executable, "-m", "msprof_py.cli", "--version"], capture_output=True, text=True,
                          env={**os.environ, "MSPROF_PY_PURE": "1"}, timeout=120)
     assert (out.returncode, out.stdout) == (0, f"msprof-py {__version__} (emulator core: pure Python; "
-                                               "MSPROF_PY_PURE=1)\n")
+                                               f"MSPROF_PY_PURE=1; JSON import: {native.state()})\n")
+
+
+def test_version_with_the_msgspec_import_forced():
+    out = subprocess.run([sys.executable, "-m", "msprof_py.cli", "--version"], capture_output=True, text=True,
+                         env={**os.environ, "MSPROF_PY_PURE_IMPORT": "1"}, timeout=120)
+    assert out.returncode == 0
+    assert out.stdout.endswith("; JSON import: msgspec; MSPROF_PY_PURE_IMPORT=1)\n")
 
 
 def test_a_large_run_on_the_pure_core_prints_one_warning_line(tmp_path: Path, monkeypatch):

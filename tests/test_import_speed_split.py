@@ -1,5 +1,7 @@
-"""The decoder's fast path (the event array cut into batches without a first parse) gives
-exactly what the exact path gives: the same table, the same metadata, the same error."""
+"""The decoder's fast paths give exactly what the exact path gives: the same table, the same
+metadata, the same error. The msgspec fast path (the event array cut into batches without a
+first parse) is tested with the native scanner off; `outcome` runs the import as it is, native
+scanner first (tests/test_import_native.py covers that one on its own)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ def exact(data: bytes | bytearray, monkeypatch, **kw):
     """The import with the fast path switched off."""
     with monkeypatch.context() as m:
         m.setattr(chrome, "_decode_plain", lambda *a, **k: None)
+        m.setattr(chrome, "_scan", None)
         return outcome(data, **kw)
 
 
@@ -38,6 +41,7 @@ def fast_taken(data: bytes | bytearray, monkeypatch) -> bool:
 
     with monkeypatch.context() as m:
         m.setattr(chrome, "_decode_plain", spy)
+        m.setattr(chrome, "_scan", None)
         outcome(data)
     return taken == [True]
 

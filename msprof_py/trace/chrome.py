@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 from msgspec.structs import astuple
 
 from msprof_py.errors import TraceFormatError
+from msprof_py.trace import native
 from msprof_py.trace.fields import (
     ABSENT,
     INT64_MAX,
@@ -31,6 +33,7 @@ from msprof_py.trace.fields import (
     is_object_or_null,
     object_texts,
     shown,
+    string_id,
     times_ns,
     us_to_ns,
 )
@@ -149,7 +152,9 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
         if not bytes(data).strip():
             raise TraceFormatError(f"{where}: empty file", hint="expected Chrome trace JSON")
         stripped = bytes(data).lstrip()
-    fast = _decode_plain(data, stripped[:1], where, lenient, extras)
+    fast = _decode_native(data, stripped[:1], extras)
+    if fast is None:
+        fast = _decode_plain(data, stripped[:1], where, lenient, extras)
     if fast is not None:
         _check_span(fast, where)
         return fast
@@ -190,6 +195,131 @@ def _decode(data: bytes | bytearray, *, where: str, lenient: bool, extras: bool)
     _check_span(raw, where)
     raw.top = top
     return raw
+
+
+# ---------------------------------------------------------------- native scan
+
+#: The compiled scanner (see native.py), or None: then the msgspec paths decode everything.
+_scan = native.load()
+#: Event text at which the scan is split in two, each half on its own thread (the scanner lets
+#: go of the GIL): below it, one thread.
+SPLIT_BYTES = 4 << 20
+
+
+def _decode_native(data: bytes | bytearray, first: bytes, extras: bool) -> RawEvents | None:
+    """The native path: the event array scanned in C into column buffers, no object per event.
+
+    The scanner validates the text as JSON and takes only the events real profilers write
+    (see _scan.c); None whenever anything is outside that (or the scanner is not built): the
+    msgspec paths then decode, with their own error messages. Its columns equal theirs.
+    """
+    if _scan is None:
+        return None
+    layout = _plain_layout(data, first)
+    if layout is None:
+        return None
+    top, start, end = layout
+    spans = [(start, end)]
+    if end - start >= SPLIT_BYTES:
+        # Two halves cut between two events (a '}, {' near the middle). A cut inside a string
+        # or a nested value leaves a half that is no run of whole objects, which the scanner
+        # refuses; two halves that each are one join into one (JSON has one parse), so the
+        # halves' columns are the whole's.
+        mid = _next_cut(data, (start + end) // 2, end)
+        if start < mid < end:
+            spans = [(start, mid), (mid + 1, end)]
+    if len(spans) == 1:
+        parts = [_scan.scan(data, start, end)]
+    else:
+        other: list[Any] = []
+        worker = threading.Thread(target=lambda: other.append(_scan.scan(data, *spans[1])), daemon=True)
+        worker.start()
+        parts = [_scan.scan(data, *spans[0])]
+        worker.join()
+        parts += other
+        if any(p is None for p in parts) or len(parts) != len(spans):
+            parts = [_scan.scan(data, start, end)]  # the middle cut fell inside a value
+    if parts[0] is None or not sum(p[0] for p in parts):
+        return None
+    # The other keys in order of first appearance (the order the msgspec paths lay out `extra`
+    # in): each part lists its own, "bp" and "s" first.
+    names: list[bytes] = []
+    index: dict[bytes, int] = {}
+    maps = []
+    for part in parts:
+        for key in part[26]:
+            if key not in index:
+                index[key] = len(names)
+                names.append(key)
+        maps.append(np.array([index[k] for k in part[26]], dtype=np.int64).tobytes())
+    n = sum(p[0] for p in parts)
+    pieces = [_native_columns(p) for p in parts]
+    # String pids / tids ("Spans", "Traces"): their ids as _columns makes them, and their text
+    # in `extra` under "pid" / "tid", after the other keys.
+    entries = []
+    for part, piece, key_map in zip(parts, pieces, maps):
+        ent = np.frombuffer(part[27], dtype=np.int64).reshape(-1, 4)
+        strids = np.frombuffer(part[28], dtype=np.int64).reshape(-1, 4)
+        if len(strids):
+            for event, which, lo, hi in strids.tolist():
+                (piece.pid if which == 0 else piece.tid)[event] = string_id(msgspec.json.decode(data[lo:hi]))
+            local = np.frombuffer(key_map, dtype=np.int64)
+            ids = strids.copy()
+            ids[:, 1] += len(local)  # past the part's own keys: mapped to "pid" / "tid" below
+            key_map = np.concatenate([local, [len(names), len(names) + 1]]).astype(np.int64).tobytes()
+            ent = np.concatenate([ent, ids])
+            ent = ent[np.argsort(ent[:, 0], kind="stable")]
+        entries.append((ent, key_map))
+    raw = RawEvents.concat(pieces) if len(pieces) > 1 else pieces[0]
+    if extras and any(len(ent) for ent, _ in entries):
+        firsts = np.cumsum([0] + [p[0] for p in parts[:-1]]).tolist()
+        bits, nulls, off, text = _scan.extras(data, n, [(f, ent.tobytes(), m) for f, (ent, m) in zip(firsts, entries)],
+                                              [*names, b"pid", b"tid"])
+        extra = _strings(n, bits, nulls, off, text)
+        extra = extra.view(pa.string()) if _all_ascii(text) else extra.cast(pa.string())
+    else:
+        extra = pa.nulls(n, pa.string())
+    raw.extra = extra
+    raw.top = top
+    return raw
+
+
+def _strings(n: int, bits: bytes | None, nulls: int, off: bytes, data: bytes) -> pa.Array:
+    """A binary array from the scanner's buffers (its text is valid UTF-8: it checked)."""
+    return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(bits) if nulls else None, pa.py_buffer(off),
+                                                  pa.py_buffer(data)], null_count=nulls)
+
+
+def _all_ascii(data: bytes) -> bool:
+    return data.isascii()
+
+
+def _text(n: int, bits: bytes | None, nulls: int, off: bytes, data: bytes) -> pa.Array:
+    arr = _strings(n, bits, nulls, off, data)
+    # The scanner checked the UTF-8, so a view is enough; a cast (which checks again) only
+    # where the bytes are not all ASCII, to keep Arrow's own guarantee.
+    return arr.view(pa.string()) if _all_ascii(data) else arr.cast(pa.string())
+
+
+def _native_columns(p: tuple) -> RawEvents:
+    """One part's columns, as the msgspec paths' _columns lays them out."""
+    (n, ph_off, ph_data, name_bits, name_nulls, name_off, name_data, cat_bits, cat_nulls, cat_off, cat_data,
+     pid, tid, ts, has_ts, dur, dur_bits, dur_nulls, id_bits, id_nulls, id_off, id_data,
+     args_bits, args_nulls, args_off, args_data, _keys, _entries, _strids) = p
+    return RawEvents(
+        ph=_text(n, None, 0, ph_off, ph_data),
+        name=_text(n, name_bits, name_nulls, name_off, name_data),
+        cat=_text(n, cat_bits, cat_nulls, cat_off, cat_data),
+        pid=np.frombuffer(pid, dtype=np.int64).copy(),
+        tid=np.frombuffer(tid, dtype=np.int64).copy(),
+        ts_ns=np.frombuffer(ts, dtype=np.int64).copy(),  # writable, as the msgspec paths' are
+        has_ts=np.frombuffer(has_ts, dtype=np.bool_).copy(),
+        dur_ns=pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(dur_bits) if dur_nulls else None,
+                                                     pa.py_buffer(dur)], null_count=dur_nulls),
+        id=_text(n, id_bits, id_nulls, id_off, id_data),
+        args=_text(n, args_bits, args_nulls, args_off, args_data),
+        extra=pa.nulls(n, pa.string()),
+    )
 
 
 #: The key of the event array in an object-form trace, as written when it is plain: unescaped.

@@ -47,6 +47,13 @@ def synthetic_id(text: str) -> int:
     return -(h + 1)
 
 
+def string_id(v: str) -> int:
+    """A string pid/tid as int64: its number when it is one ("123"), else a synthetic id."""
+    body = v[1:] if v.startswith("-") else v
+    numeric = body.isascii() and body.isdigit() and len(body) <= 19
+    return int(v) if numeric and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
+
+
 def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dict[int, str]]:
     """Integer pids/tids as int64; strings get a synthetic id and are remembered for `extra`."""
     try:
@@ -63,9 +70,7 @@ def ids_to_int(values: list[Any], key: str, where: str) -> tuple[np.ndarray, dic
     if strings:
         values = list(values)
         for i, v in strings.items():
-            body = v[1:] if v.startswith("-") else v
-            numeric = body.isascii() and body.isdigit() and len(body) <= 19
-            values[i] = int(v) if numeric and -INT64_MAX <= int(v) <= INT64_MAX else synthetic_id(v)
+            values[i] = string_id(v)
     try:
         return pa.array(values, type=pa.int64()).fill_null(0).to_numpy(), strings
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
