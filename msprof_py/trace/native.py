@@ -22,8 +22,8 @@ def load() -> Any:
         return None
     try:
         from msprof_py.trace import _scan  # type: ignore[attr-defined]
-    except ImportError as exc:
-        reason = f"not built ({exc}); reinstall with a C compiler"
+    except ImportError:
+        reason = "not built; reinstall with a C compiler"
         return None
     reason = ""
     return _scan
