@@ -69,16 +69,22 @@ def test_every_real_trace_is_scanned_natively_into_the_msgspec_table(real_traces
     assert_same(outcome(data), msgspec_outcome(data, monkeypatch))
 
 
+def split_and_record_scans(monkeypatch) -> list[tuple[int, int]]:
+    """Every array split in two halves; the (lo, hi) of each scan the import makes, in the list."""
+    monkeypatch.setattr(chrome, "SPLIT_BYTES", 1)
+    spans: list[tuple[int, int]] = []
+    real = chrome._scan
+    monkeypatch.setattr(chrome, "_scan", type("RecordingScanner", (), {
+        "scan": staticmethod(lambda *a: spans.append(a[1:]) or real.scan(*a)),
+        "extras": staticmethod(real.extras)}))
+    return spans
+
+
 @pytest.mark.parametrize("name", ["kineto/queue_16rank_rank0.json.gz", "ascend/torch_npu_trace_view.json.gz"])
 def test_two_halves_on_two_threads_give_the_whole_table(real_traces, monkeypatch, name):
     data = read_bytes(real_traces / name)
     whole = outcome(data)
-    monkeypatch.setattr(chrome, "SPLIT_BYTES", 1)
-    halves = []
-    real_scan = chrome._scan.scan
-    monkeypatch.setattr(chrome, "_scan", type("S", (), {
-        "scan": staticmethod(lambda *a: halves.append(a[1:]) or real_scan(*a)),
-        "extras": staticmethod(chrome._scan.extras)}))
+    halves = split_and_record_scans(monkeypatch)
     assert_same(outcome(data), whole)
     halves.sort()
     assert len(halves) == 2 and halves[0][1] < halves[1][0]
@@ -88,12 +94,7 @@ def test_a_middle_cut_inside_a_value_falls_back_to_one_scan(monkeypatch):
     # Every event's name and args hold '}, {', so the cut near the middle is likely inside one.
     events = [ev(i, name="a}, {b", args={"x": "}, {", "l": [{"a": 1}, {"b": 2}]}) for i in range(400)]
     data = doc(events)
-    monkeypatch.setattr(chrome, "SPLIT_BYTES", 1)
-    spans = []
-    real_scan = chrome._scan.scan
-    monkeypatch.setattr(chrome, "_scan", type("S", (), {
-        "scan": staticmethod(lambda *a: spans.append(a[1:]) or real_scan(*a)),
-        "extras": staticmethod(chrome._scan.extras)}))
+    spans = split_and_record_scans(monkeypatch)
     got = outcome(data)
     # The first '}, {' after the middle is inside a name: two halves refused, then one whole scan.
     assert len(spans) == 3 and spans[2] == (min(spans[0][0], spans[1][0]), max(spans[0][1], spans[1][1]))
