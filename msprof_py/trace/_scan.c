@@ -20,11 +20,12 @@
  *     packs (event, 0 for pid or 1 for tid, value start, value end) for string pids / tids,
  *     which are 0 in their columns.
  *
- * extras(buffer, n, parts, names) -> (bits, nulls, off, data)
+ * extras(buffer, n, parts, names) -> (bits, nulls, off, data) | None
  *     The `extra` column: per event a JSON object of its other keys, the values verbatim, in
  *     the order of `names` (the keys of all parts in order of first appearance); parts is a
  *     list of (first event, entries, key map) with key map an int64 array from a part's key
- *     index to its index in `names`.
+ *     index to its index in `names`. None when the text would pass 2 GiB (a string array's
+ *     most).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -701,7 +702,12 @@ static PyObject *extras(PyObject *self, PyObject *args) {
                         bytes_of(&col.data));
     goto fail;
 nomem:
-    PyErr_NoMemory();
+    if (col.data.len > INT32_MAX) {  /* beyond a string array: the Python decoder decides */
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        PyErr_NoMemory();
+    }
 fail:
     free(row);
     free(col.valid.bits.p);

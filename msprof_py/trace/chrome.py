@@ -273,8 +273,11 @@ def _decode_native(data: bytes | bytearray, first: bytes, extras: bool) -> RawEv
     raw = RawEvents.concat(pieces) if len(pieces) > 1 else pieces[0]
     if extras and any(len(ent) for ent, _ in entries):
         firsts = np.cumsum([0] + [p[0] for p in parts[:-1]]).tolist()
-        bits, nulls, off, text = _scan.extras(data, n, [(f, ent.tobytes(), m) for f, (ent, m) in zip(firsts, entries)],
-                                              [*names, b"pid", b"tid"])
+        got = _scan.extras(data, n, [(f, ent.tobytes(), m) for f, (ent, m) in zip(firsts, entries)],
+                           [*names, b"pid", b"tid"])
+        if got is None:
+            return None
+        bits, nulls, off, text = got
         extra = _strings(n, bits, nulls, off, text)
         extra = extra.view(pa.string()) if _all_ascii(text) else extra.cast(pa.string())
     else:
