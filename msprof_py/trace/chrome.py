@@ -206,6 +206,67 @@ _scan = native.load()
 SPLIT_BYTES = 4 << 20
 
 
+class _Part(NamedTuple):
+    """What _scan.scan returns for a run of events (see _scan.c): column buffers, the other
+    keys it saw and where their values are, and where its string pids / tids are."""
+
+    n: int
+    ph_off: bytes
+    ph_data: bytes
+    name_bits: bytes
+    name_nulls: int
+    name_off: bytes
+    name_data: bytes
+    cat_bits: bytes
+    cat_nulls: int
+    cat_off: bytes
+    cat_data: bytes
+    pid: bytes
+    tid: bytes
+    ts: bytes
+    has_ts: bytes
+    dur: bytes
+    dur_bits: bytes
+    dur_nulls: int
+    id_bits: bytes
+    id_nulls: int
+    id_off: bytes
+    id_data: bytes
+    args_bits: bytes
+    args_nulls: int
+    args_off: bytes
+    args_data: bytes
+    keys: list[bytes]
+    entries: bytes
+    strids: bytes
+
+
+def _scan_parts(data: bytes | bytearray, start: int, end: int) -> list[_Part] | None:
+    """The events of data[start:end] scanned, in two halves on two threads when large; None
+    when the scanner declines them."""
+    spans = [(start, end)]
+    if end - start >= SPLIT_BYTES:
+        # Two halves cut between two events (a '}, {' near the middle). A cut inside a string
+        # or a nested value leaves a half that is no run of whole objects, which the scanner
+        # refuses; two halves that each are one join into one (JSON has one parse), so the
+        # halves' columns are the whole's.
+        mid = _next_cut(data, (start + end) // 2, end)
+        if start < mid < end:
+            spans = [(start, mid), (mid + 1, end)]
+    if len(spans) == 2:
+        other: list[Any] = []
+        worker = threading.Thread(target=lambda: other.append(_scan.scan(data, *spans[1])), daemon=True)
+        worker.start()
+        parts = [_scan.scan(data, *spans[0])]
+        worker.join()
+        parts += other
+        if len(parts) == 2 and None not in parts:
+            return [_Part._make(p) for p in parts]
+        # the middle cut fell inside a value: one scan of the whole
+    whole = _scan.scan(data, start, end)
+    return None if whole is None else [_Part._make(whole)]
+
+
 def _decode_native(data: bytes | bytearray, first: bytes, extras: bool) -> RawEvents | None:
     """The native path: the event array scanned in C into column buffers, no object per event.
 
@@ -219,109 +280,73 @@ def _decode_native(data: bytes | bytearray, first: bytes, extras: bool) -> RawEv
     if layout is None:
         return None
     top, start, end = layout
-    spans = [(start, end)]
-    if end - start >= SPLIT_BYTES:
-        # Two halves cut between two events (a '}, {' near the middle). A cut inside a string
-        # or a nested value leaves a half that is no run of whole objects, which the scanner
-        # refuses; two halves that each are one join into one (JSON has one parse), so the
-        # halves' columns are the whole's.
-        mid = _next_cut(data, (start + end) // 2, end)
-        if start < mid < end:
-            spans = [(start, mid), (mid + 1, end)]
-    if len(spans) == 1:
-        parts = [_scan.scan(data, start, end)]
-    else:
-        other: list[Any] = []
-        worker = threading.Thread(target=lambda: other.append(_scan.scan(data, *spans[1])), daemon=True)
-        worker.start()
-        parts = [_scan.scan(data, *spans[0])]
-        worker.join()
-        parts += other
-        if any(p is None for p in parts) or len(parts) != len(spans):
-            parts = [_scan.scan(data, start, end)]  # the middle cut fell inside a value
-    if parts[0] is None or not sum(p[0] for p in parts):
+    parts = _scan_parts(data, start, end)
+    n = sum(p.n for p in parts) if parts else 0
+    if not n:
         return None
     # The other keys in order of first appearance (the order the msgspec paths lay out `extra`
-    # in): each part lists its own, "bp" and "s" first.
-    names: list[bytes] = []
+    # in), then "pid" and "tid" for string ids; each part lists its own keys, "bp" and "s" first.
     index: dict[bytes, int] = {}
-    maps = []
     for part in parts:
-        for key in part[26]:
-            if key not in index:
-                index[key] = len(names)
-                names.append(key)
-        maps.append(np.array([index[k] for k in part[26]], dtype=np.int64).tobytes())
-    n = sum(p[0] for p in parts)
-    pieces = [_native_columns(p) for p in parts]
-    # String pids / tids ("Spans", "Traces"): their ids as _columns makes them, and their text
-    # in `extra` under "pid" / "tid", after the other keys.
-    entries = []
-    for part, piece, key_map in zip(parts, pieces, maps):
-        ent = np.frombuffer(part[27], dtype=np.int64).reshape(-1, 4)
-        strids = np.frombuffer(part[28], dtype=np.int64).reshape(-1, 4)
+        for key in part.keys:
+            index.setdefault(key, len(index))
+    names = [*index, b"pid", b"tid"]
+    pieces, entries = [], []
+    first_event = 0
+    for part in parts:
+        piece = _native_columns(part)
+        ent = np.frombuffer(part.entries, dtype=np.int64).reshape(-1, 4)
+        key_map = [index[k] for k in part.keys]
+        strids = np.frombuffer(part.strids, dtype=np.int64).reshape(-1, 4)
         if len(strids):
+            # String pids / tids ("Spans", "Traces"): their ids as _columns makes them, and
+            # their text in `extra` under "pid" / "tid" (part keys past its own: 0 pid, 1 tid).
             for event, which, lo, hi in strids.tolist():
                 (piece.pid if which == 0 else piece.tid)[event] = string_id(msgspec.json.decode(data[lo:hi]))
-            local = np.frombuffer(key_map, dtype=np.int64)
             ids = strids.copy()
-            ids[:, 1] += len(local)  # past the part's own keys: mapped to "pid" / "tid" below
-            key_map = np.concatenate([local, [len(names), len(names) + 1]]).astype(np.int64).tobytes()
+            ids[:, 1] += len(key_map)
+            key_map += [len(index), len(index) + 1]
             ent = np.concatenate([ent, ids])
             ent = ent[np.argsort(ent[:, 0], kind="stable")]
-        entries.append((ent, key_map))
+        pieces.append(piece)
+        entries.append((first_event, ent.tobytes(), np.array(key_map, dtype=np.int64).tobytes()))
+        first_event += part.n
     raw = RawEvents.concat(pieces) if len(pieces) > 1 else pieces[0]
-    if extras and any(len(ent) for ent, _ in entries):
-        firsts = np.cumsum([0] + [p[0] for p in parts[:-1]]).tolist()
-        got = _scan.extras(data, n, [(f, ent.tobytes(), m) for f, (ent, m) in zip(firsts, entries)],
-                           [*names, b"pid", b"tid"])
+    if extras and any(ent for _, ent, _ in entries):
+        got = _scan.extras(data, n, entries, names)
         if got is None:
             return None
-        bits, nulls, off, text = got
-        extra = _strings(n, bits, nulls, off, text)
-        extra = extra.view(pa.string()) if _all_ascii(text) else extra.cast(pa.string())
-    else:
-        extra = pa.nulls(n, pa.string())
-    raw.extra = extra
+        raw.extra = _text(n, *got)
     raw.top = top
     return raw
 
 
-def _strings(n: int, bits: bytes | None, nulls: int, off: bytes, data: bytes) -> pa.Array:
-    """A binary array from the scanner's buffers (its text is valid UTF-8: it checked)."""
-    return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(bits) if nulls else None, pa.py_buffer(off),
-                                                  pa.py_buffer(data)], null_count=nulls)
-
-
-def _all_ascii(data: bytes) -> bool:
-    return data.isascii()
-
-
 def _text(n: int, bits: bytes | None, nulls: int, off: bytes, data: bytes) -> pa.Array:
-    arr = _strings(n, bits, nulls, off, data)
-    # The scanner checked the UTF-8, so a view is enough; a cast (which checks again) only
-    # where the bytes are not all ASCII, to keep Arrow's own guarantee.
-    return arr.view(pa.string()) if _all_ascii(data) else arr.cast(pa.string())
+    """A string array from the scanner's buffers. The scanner checked the UTF-8, so a view is
+    enough; a cast (which checks again) only where the bytes are not all ASCII, to keep
+    Arrow's own guarantee."""
+    arr = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(bits) if nulls else None, pa.py_buffer(off),
+                                                 pa.py_buffer(data)], null_count=nulls)
+    return arr.view(pa.string()) if data.isascii() else arr.cast(pa.string())
 
 
-def _native_columns(p: tuple) -> RawEvents:
-    """One part's columns, as the msgspec paths' _columns lays them out."""
-    (n, ph_off, ph_data, name_bits, name_nulls, name_off, name_data, cat_bits, cat_nulls, cat_off, cat_data,
-     pid, tid, ts, has_ts, dur, dur_bits, dur_nulls, id_bits, id_nulls, id_off, id_data,
-     args_bits, args_nulls, args_off, args_data, _keys, _entries, _strids) = p
+def _native_columns(p: _Part) -> RawEvents:
+    """One part's columns, as the msgspec paths' _columns lays them out (`extra` null: see
+    _decode_native)."""
     return RawEvents(
-        ph=_text(n, None, 0, ph_off, ph_data),
-        name=_text(n, name_bits, name_nulls, name_off, name_data),
-        cat=_text(n, cat_bits, cat_nulls, cat_off, cat_data),
-        pid=np.frombuffer(pid, dtype=np.int64).copy(),
-        tid=np.frombuffer(tid, dtype=np.int64).copy(),
-        ts_ns=np.frombuffer(ts, dtype=np.int64).copy(),  # writable, as the msgspec paths' are
-        has_ts=np.frombuffer(has_ts, dtype=np.bool_).copy(),
-        dur_ns=pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(dur_bits) if dur_nulls else None,
-                                                     pa.py_buffer(dur)], null_count=dur_nulls),
-        id=_text(n, id_bits, id_nulls, id_off, id_data),
-        args=_text(n, args_bits, args_nulls, args_off, args_data),
-        extra=pa.nulls(n, pa.string()),
+        ph=_text(p.n, None, 0, p.ph_off, p.ph_data),
+        name=_text(p.n, p.name_bits, p.name_nulls, p.name_off, p.name_data),
+        cat=_text(p.n, p.cat_bits, p.cat_nulls, p.cat_off, p.cat_data),
+        # writable copies, as the msgspec paths' arrays are
+        pid=np.frombuffer(p.pid, dtype=np.int64).copy(),
+        tid=np.frombuffer(p.tid, dtype=np.int64).copy(),
+        ts_ns=np.frombuffer(p.ts, dtype=np.int64).copy(),
+        has_ts=np.frombuffer(p.has_ts, dtype=np.bool_).copy(),
+        dur_ns=pa.Array.from_buffers(pa.int64(), p.n, [pa.py_buffer(p.dur_bits) if p.dur_nulls else None,
+                                                       pa.py_buffer(p.dur)], null_count=p.dur_nulls),
+        id=_text(p.n, p.id_bits, p.id_nulls, p.id_off, p.id_data),
+        args=_text(p.n, p.args_bits, p.args_nulls, p.args_off, p.args_data),
+        extra=pa.nulls(p.n, pa.string()),
     )
 
 
