@@ -40,6 +40,17 @@ def test_a_damaged_export_block_is_a_trace_format_error(block):
     assert "\n" not in str(err.value)
 
 
+def test_a_null_in_a_column_that_always_has_a_value_is_rejected():
+    # Accepted: the table then broke its own schema (column 'rank' is null), found by the fuzz
+    # run `--cases 5000 --seed 5000` (round 5012, "export typed 'rank'[0] = None").
+    with pytest.raises(TraceFormatError) as err:
+        import_bytes(export_with({"typed": {**TYPED, "rank": [None]}}))
+    assert err.value.one_line() == ("trace: typed column 'rank' is null at event 0, and this column always "
+                                    "has a value")
+    # A null where the column allows one still imports.
+    assert import_bytes(export_with({"typed": {**TYPED, "device": [None]}})).table.column("device").null_count == 1
+
+
 def test_an_export_block_with_a_list_for_source_format_is_rejected(tmp_path):
     # Accepted on import; `msprof-py info` then crashed in rich: 'list' object has no attribute 'translate'.
     src = tmp_path / "export.json"

@@ -231,13 +231,17 @@ def _typed_column(values: Any, col: str, n: int, where: str) -> pa.Array:
         raise TraceFormatError(f"{where}: typed column {col!r} is not a list")
     if len(values) != n:
         raise TraceFormatError(f"{where}: typed column {col!r} has {len(values)} values for {n} events")
-    typ = next(t for name, t, _ in COLUMNS if name == col)
+    typ, nullable = next((t, null_ok) for name, t, null_ok in COLUMNS if name == col)
     try:
-        return pa.array(values, type=pa.string() if pa.types.is_dictionary(typ) else typ)
+        arr = pa.array(values, type=pa.string() if pa.types.is_dictionary(typ) else typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise TraceFormatError(f"{where}: typed column {col!r} holds a value of the wrong type or out of range "
                                f"({reason})") from None
+    if arr.null_count and not nullable:
+        raise TraceFormatError(f"{where}: typed column {col!r} is null at event {values.index(None)}, "
+                               "and this column always has a value")
+    return arr
 
 
 __all__ = ["import_trace", "import_bytes", "read_bytes", "detect", "from_raw", "EXPORT_KEY", "COLUMN_NAMES"]
