@@ -17,7 +17,9 @@ checkout runs the edited Python, with a warning to rebuild).
 ``msprof_py/trace/_scan.c`` is a plain C extension (no dependency but Python's headers): the
 JSON importer's native scanner of the event array. The same switch governs it; when it cannot be
 built, imports use the msgspec decoder (the same tables, about half the speed), and
-``msprof-py --version`` says which one runs.
+``msprof-py --version`` says which one runs. ``runtime_emu/_rowtable.c`` is another: the native
+build of the emulator's trace table from its row buffers; without it the Arrow build in
+``runtime_emu/tables.py`` makes the same table, slower.
 """
 
 from __future__ import annotations
@@ -62,11 +64,16 @@ def _warn(what: str, instead: str = "the pure-Python emulator") -> None:
 #: The JSON importer's native scanner.
 SCANNER = Extension("msprof_py.trace._scan", ["msprof_py/trace/_scan.c"], extra_compile_args=["-O2"])
 WITHOUT_SCANNER = "the JSON importer without its native scanner"
+#: The emulator's native trace-table build.
+ROWTABLE = Extension("runtime_emu._rowtable", ["runtime_emu/_rowtable.c"], extra_compile_args=["-O2", "-pthread"],
+                     extra_link_args=["-pthread"])
+#: The plain C extensions, each optional on its own: what installs without it.
+PLAIN = {SCANNER.name: WITHOUT_SCANNER, ROWTABLE.name: "the emulator's trace table without its native build"}
 
 
 def _all_extensions() -> list:
-    # The scanner first: a mypyc failure ends the build of the extensions after it.
-    return [] if MODE == "0" else [SCANNER, *_extensions()]
+    # The plain ones first: a mypyc failure ends the build of the extensions after it.
+    return [] if MODE == "0" else [SCANNER, ROWTABLE, *_extensions()]
 
 
 def _extensions() -> list:
@@ -98,15 +105,15 @@ class BuildExt(build_ext):
     the core was built from."""
 
     def build_extension(self, ext) -> None:
-        if ext.name != SCANNER.name:
+        if ext.name not in PLAIN:
             super().build_extension(ext)
             return
         try:
             super().build_extension(ext)
-        except Exception as exc:  # no C compiler or no Python headers: the msgspec decoder works
+        except Exception as exc:  # no C compiler or no Python headers: the Python code does the job
             if MODE == "1":
                 raise
-            _warn(f"compiling the JSON scanner failed ({exc})", WITHOUT_SCANNER)
+            _warn(f"compiling {ext.sources[0]} failed ({exc})", PLAIN[ext.name])
 
     def run(self) -> None:
         try:
@@ -125,7 +132,7 @@ class BuildExt(build_ext):
 
     def _core(self) -> bool:
         """Whether the emulator core is among the extensions built (mypyc was there)."""
-        return any(ext.name != SCANNER.name for ext in self.extensions)
+        return any(ext.name not in PLAIN for ext in self.extensions)
 
     def get_outputs(self) -> list[str]:
         outputs = super().get_outputs()

@@ -54,7 +54,8 @@ Run (from the repo root, with the dev venv, which brings in SimPy):
     python benchmarks/bench_emulator_ref.py --tasks 80000 --repeat 5 --json ref.json
     MSPROF_PY_PURE=1 python benchmarks/bench_emulator_ref.py       # the pure-Python emulator core
 
-It prints which runtime_emu core ran: compiled (mypyc, built at install) or pure Python.
+It prints which runtime_emu core ran, compiled (mypyc, built at install) or pure Python, and
+which build made the trace table: native (runtime_emu/_rowtable.c, built at install) or Arrow.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ import simpy
 from _common import environment, save_json
 
 import runtime_emu
-from runtime_emu import PRESETS, Kernel, Preset, acl
+from runtime_emu import PRESETS, Kernel, Preset, acl, tables
 
 TARGET_SPEEDUP = 5.0  # runtime_emu tasks/s (init .. finalize, recording on) over SimPy's, at least
 
@@ -221,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     core = "compiled (mypyc)" if runtime_emu.COMPILED else "pure Python"
-    console.print(f"runtime_emu core: {core} (MSPROF_PY_PURE=1 runs the pure-Python modules)", markup=False,
-                  highlight=False)
+    console.print(f"runtime_emu core: {core}; trace table build: {tables.state()} (MSPROF_PY_PURE=1 runs the "
+                  "pure-Python modules and the Arrow build)", markup=False, highlight=False)
     n, streams = args.tasks, args.streams
     queue_tasks = args.queue_tasks or -(-max(n, args.check_tasks) // streams)
     preset = make_preset(queue_tasks)
@@ -290,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                       "queue_tasks": queue_tasks, "seed": args.seed, "host_costs_ns": 0, "recording": True},
             "repeat": args.repeat,
             "target_speedup": TARGET_SPEEDUP,
-            "env": {**environment(simpy="simpy", msprof_py="msprof-py"), "runtime_emu_compiled": runtime_emu.COMPILED},
+            "env": {**environment(simpy="simpy", msprof_py="msprof-py"), "runtime_emu_compiled": runtime_emu.COMPILED,
+                    "trace_table_build": tables.state()},
             "schedule_check": check,
             "timed_run_check": timed_check,
             "simpy_s": best_sim, "simpy_all_s": sim_s, "simpy_tasks_per_s": sim_rate,

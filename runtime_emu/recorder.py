@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from msprof_py.trace.schema import Trace, TraceMeta, arrow_schema, canonical_dictionaries
+from msprof_py.trace.schema import Trace, TraceMeta, arrow_schema
 
 #: Process ids: one host process per rank, one device process per (rank, device), one for links.
 HOST_PID_BASE: Final = 1_000_000
@@ -214,10 +214,7 @@ class Chunk:
         columns as built (for a Parquet file: read_trace makes them canonical when it reads)."""
         from runtime_emu.tables import build
 
-        table = build(self, arrow_schema(meta))  # empties this chunk
-        if canonical:
-            table = canonical_dictionaries(table)
-        return Trace(table=table, meta=meta)
+        return Trace(table=build(self, arrow_schema(meta), canonical=canonical), meta=meta)  # empties this chunk
 
 
 def _array(packed: bytearray, width: int) -> np.ndarray | None:

@@ -1,7 +1,12 @@
 """A chunk of recorded rows as one sorted trace table.
 
-Interpreted (setup.py compiles the recording, not this): a build is a few dozen Arrow and
-numpy calls per chunk, whoever runs them.
+Two builds give the same table. The native one (`_rowtable.c`, compiled at install when a C
+compiler is there) sorts the rows and writes every column straight into Arrow buffers, on the
+cores side by side, with no Python object per row; it covers what the recorder writes and
+declines anything else (it returns None). The Arrow one below, interpreted (setup.py
+compiles the recording, not this), is a few dozen Arrow and numpy calls per chunk, whoever
+runs them: it builds what the native one declines, and everything when that one is not built
+or `MSPROF_PY_PURE=1` runs the pure-Python emulator.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
 
-from msprof_py.trace.schema import COLUMN_NAMES
+from msprof_py.trace.schema import COLUMN_NAMES, COLUMNS, canonical_dictionaries
 from runtime_emu.recorder import (
     _FIXED_CODES,
     _UNITS,
@@ -311,8 +316,77 @@ def _run_plan(plan: acero.Declaration) -> pa.Table:
     return _complete(plan.to_table(use_threads=False))
 
 
-def build(chunk: Any, schema: pa.Schema) -> pa.Table:
-    """A recorder Chunk's rows as one table sorted by (rank, ts), ties in recording order.
+def native_module() -> Any:
+    """The compiled table builder, or None when it is not built or MSPROF_PY_PURE=1."""
+    if os.environ.get("MSPROF_PY_PURE") == "1":
+        return None
+    try:
+        from runtime_emu import _rowtable  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _rowtable
+
+
+def state() -> str:
+    """For `msprof-py --version`: which build makes the trace table."""
+    if native_module() is not None:
+        return "native"
+    return "Arrow; MSPROF_PY_PURE=1" if os.environ.get("MSPROF_PY_PURE") == "1" else \
+        "Arrow; native build not compiled, reinstall with a C compiler"
+
+
+def build(chunk: Any, schema: pa.Schema, *, canonical: bool = True) -> pa.Table:
+    """A recorder Chunk's rows as one table sorted by (rank, ts), ties in recording order, its
+    dictionary columns canonical (schema.canonical_dictionary) unless `canonical` is False
+    (then they may be as the Arrow build made them). The chunk is emptied."""
+    native = native_module()
+    if native is not None:
+        table = build_native(native, chunk, schema)
+        if table is not None:
+            return table
+    table = build_arrow(chunk, schema)
+    return canonical_dictionaries(table) if canonical else table
+
+
+#: The recorder's fixed codes the native build writes, in its order (FX_* in _rowtable.c).
+_NATIVE_FIXED = tuple(_FIXED_CODES[text] for text in ("X", "s", "f", "C", "HostToDevice", "AscendCL", "flow",
+                                                       "counter"))
+
+
+def _rows_of(buffers: dict[str, np.ndarray | None], name: str) -> np.ndarray | None:
+    g = buffers.get(name)
+    return None if g is None else np.ascontiguousarray(g, dtype=np.int64)
+
+
+def build_native(native: Any, chunk: Any, schema: pa.Schema) -> pa.Table | None:
+    """The table from the native builder, its dictionary columns canonical; None (the chunk
+    left as it was) when the builder declines the rows."""
+    strings = list(chunk.strings)
+    buffers = chunk.buffers
+    quoted = [json.dumps(s, ensure_ascii=False)[1:-1] for s in strings]
+    out = native.build(_rows_of(buffers, "tasks"), _rows_of(buffers, "apis"), _rows_of(buffers, "flows"),
+                       _rows_of(buffers, "counters"), chunk.rows, strings, quoted, _NATIVE_FIXED, _UNITS, _workers())
+    if out is None:
+        return None
+    chunk.rows, chunk.buffers = [], {}
+    n, columns = out
+    arrays = []
+    for (_name, typ, _nullable), (valid, nulls, data, offsets, values) in zip(COLUMNS, columns):
+        bitmap = None if valid is None else pa.py_buffer(valid)
+        if values is not None:
+            codes = pa.Array.from_buffers(_I32, n, [bitmap, pa.py_buffer(data)], null_count=nulls)
+            arrays.append(pa.DictionaryArray.from_arrays(codes, pa.array(values, pa.string())))
+        elif offsets is not None:
+            arrays.append(pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                                null_count=nulls))
+        else:
+            arrays.append(pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(data)], null_count=nulls))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def build_arrow(chunk: Any, schema: pa.Schema) -> pa.Table:
+    """A recorder Chunk's rows as one table sorted by (rank, ts), ties in recording order, with
+    Arrow compute (the dictionary columns as built, not canonical).
     The chunk is emptied as the build goes, so its buffers are freed as soon as they are copied.
     On the main thread the independent steps (a buffer's column-major copy, a buffer's
     projection, a column's sort) run on the cores side by side: the table comes out the same."""

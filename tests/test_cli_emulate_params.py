@@ -19,7 +19,7 @@ import runtime_emu
 from msprof_py import __version__, capture, prof_dir
 from msprof_py.cli import app
 from msprof_py.trace import chrome, native
-from runtime_emu import _loader, scenarios
+from runtime_emu import _loader, scenarios, tables
 
 runner = CliRunner()
 
@@ -184,14 +184,18 @@ def test_version_says_which_emulator_core_runs():
     assert result.exit_code == 0, result.output
     core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
     scanner = "native scanner" if chrome._scan is not None else f"msgspec; {native.reason}"
-    assert result.stdout == f"msprof-py {__version__} (emulator core: {core}; JSON import: {scanner})\n"
+    build = "native" if tables.native_module() is not None else \
+        "Arrow; native build not compiled, reinstall with a C compiler"
+    assert result.stdout == f"msprof-py {__version__} (emulator core: {core}; trace build: {build}; JSON import: " \
+                            f"{scanner})\n"
 
 
 def test_version_with_the_pure_core_forced():
     out = subprocess.run([sys.executable, "-m", "msprof_py.cli", "--version"], capture_output=True, text=True,
                          env={**os.environ, "MSPROF_PY_PURE": "1"}, timeout=120)
     assert (out.returncode, out.stdout) == (0, f"msprof-py {__version__} (emulator core: pure Python; "
-                                               f"MSPROF_PY_PURE=1; JSON import: {native.state()})\n")
+                                               f"MSPROF_PY_PURE=1; trace build: Arrow; MSPROF_PY_PURE=1; JSON "
+                                               f"import: {native.state()})\n")
 
 
 def test_version_with_the_msgspec_import_forced():

@@ -1,0 +1,1002 @@
+/* Native build of the emulator's trace table from the recorder's row buffers.
+ *
+ * The recorder packs its frequent rows (device tasks, host API slices, launch->task flows,
+ * counters) as int64 fields, strings as codes into its string table (recorder.py); rare rows
+ * are full tuples in the table's column order. tables.py turns them into the sorted, typed
+ * trace table with Arrow compute; this does the same in one pass per output row, with no
+ * Python object per row: it sorts the rows by (rank, ts), ties in recording order (the full
+ * rows, then tasks, API slices, flows, counters, each in the order recorded), writes every
+ * column straight into Arrow-layout buffers in that order (the `args` JSON, the flow ids and
+ * extras formatted as it goes), on `workers` threads over disjoint row ranges with the GIL
+ * released, and gives the dictionary columns in canonical form (the values used, in order of
+ * first use: schema.canonical_dictionary), so the table needs no second pass.
+ *
+ * It covers what the recorder writes. For anything else it returns None and tables.py's
+ * Arrow build decides (with its own errors): a null where the table has a column that is
+ * never null, a code outside the string table, a value outside its column's type, a full
+ * row of another shape, a key range the radix sort cannot pack, text past 2 GiB. On what it
+ * accepts it gives exactly the table the Arrow build gives (tests/test_emu_rowtable.py).
+ *
+ * build(tasks, apis, flows, counters, rows, strings, quoted, fixed, units, workers)
+ *     -> (n, columns) | None
+ *   tasks .. counters: C-contiguous int64 buffers of 16, 17, 9 and 9 fields per row, or None;
+ *   rows: list of 19-tuples; strings: the recorder's string table (code -> text); quoted: each
+ *   of them as it stands between the quotes of a JSON string; fixed: the codes of "X", "s",
+ *   "f", "C", "HostToDevice", "AscendCL", "flow", "counter"; units: a counter unit's args key
+ *   by unit number; workers: threads to write with (1..8).
+ *   columns: per column of the schema, (validity or None, null count, data, offsets or None,
+ *   dictionary values or None): buffers as objects exporting the buffer protocol.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NCOL 19
+enum { C_RANK, C_PH, C_NAME, C_CAT, C_TS, C_DUR, C_PID, C_TID, C_ID, C_ARGS, C_EXTRA, C_KIND, C_DEVICE,
+       C_STREAM, C_CORR, C_BYTES, C_ADDR, C_VALUE, C_STEP };
+enum { T_I32, T_CODE, T_I64, T_F64, T_STR };
+static const int COL_TYPE[NCOL] = {T_I32, T_CODE, T_CODE, T_CODE, T_I64, T_I64, T_I64, T_I64, T_STR, T_STR,
+                                   T_STR, T_CODE, T_I32, T_I32, T_I64, T_I64, T_I64, T_F64, T_I32};
+#define NSTR 3 /* id, args, extra */
+static const int STR_COL[NSTR] = {C_ID, C_ARGS, C_EXTRA};
+static int str_slot(int col) { return col == C_ID ? 0 : col == C_ARGS ? 1 : 2; }
+
+#define NUL (-1) /* a missing value in the packed buffers */
+#define MAX_PARTS 8
+enum { W_TASK = 16, W_API = 17, W_FLOW = 9, W_COUNTER = 9 };
+enum { FX_X, FX_S, FX_F, FX_C, FX_H2D, FX_ACL, FX_FLOW, FX_COUNTER, NFIXED };
+enum { K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD };
+#define NUNITS 3
+
+/* ------------------------------------------------------------------ owned memory for Arrow */
+
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Mem;
+
+static void mem_dealloc(PyObject *o) {
+    free(((Mem *)o)->p);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static char EMPTY[1];
+
+static int mem_getbuffer(PyObject *o, Py_buffer *view, int flags) {
+    Mem *m = (Mem *)o;
+    return PyBuffer_FillInfo(view, o, m->p ? m->p : EMPTY, m->len, 0, flags);
+}
+
+static PyBufferProcs mem_as_buffer = {mem_getbuffer, NULL};
+
+static PyTypeObject MemType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime_emu._rowtable.Mem",
+    .tp_basicsize = sizeof(Mem),
+    .tp_dealloc = mem_dealloc,
+    .tp_as_buffer = &mem_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A block of memory a built column owns.",
+};
+
+/* A Mem taking over p (freed with it, or here on failure). */
+static PyObject *mem_of(char *p, Py_ssize_t len) {
+    Mem *m = PyObject_New(Mem, &MemType);
+    if (!m) {
+        free(p);
+        return NULL;
+    }
+    m->p = p;
+    m->len = len;
+    return (PyObject *)m;
+}
+
+/* ------------------------------------------------------------------ inputs */
+
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+} Text;
+
+/* A full row, converted while the GIL is held. */
+typedef struct {
+    int64_t v[NCOL]; /* ints, and codes for the dictionary columns */
+    double value;
+    uint32_t null; /* bit per column */
+    Text s[NSTR];
+} Full;
+
+typedef struct {
+    const int64_t *d;
+    int64_t n;
+} Src;
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+typedef struct {
+    void *data;
+    uint8_t *valid;
+    int32_t *off;
+    char *sdata;
+    size_t slen;
+    int64_t nulls;
+} Col;
+
+struct Ctx;
+
+typedef struct {
+    struct Ctx *c;
+    int64_t lo, hi;
+    Buf s[NSTR];
+    size_t hint[NSTR]; /* first capacity of each string buffer */
+    int64_t nulls[NCOL];
+    int fail; /* 1: out of memory, 2: declined */
+} Part;
+
+typedef struct Ctx {
+    Src task, api, flow, counter;
+    Full *full;
+    int64_t nfull;
+    int64_t b_task, b_api, b_flow, b_counter, n; /* first positions of each source; rows in all */
+    uint32_t *perm; /* output row -> recording position; NULL when already in order */
+    Text *str;
+    int64_t nstr;
+    Text *quoted;
+    int64_t nquoted;
+    int64_t fixed[NFIXED];
+    Text units[NUNITS];
+    Col col[NCOL];
+} Ctx;
+
+/* ------------------------------------------------------------------ writing one row */
+
+static inline void bit(Col *col, int64_t i) { col->valid[i >> 3] |= (uint8_t)(1u << (i & 7)); }
+
+static inline void put32(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
+    Col *col = &c->col[k];
+    if (isnull) {
+        ((int32_t *)col->data)[i] = 0;
+        pt->nulls[k]++;
+        return;
+    }
+    if (v < INT32_MIN || v > INT32_MAX) pt->fail = 2;
+    ((int32_t *)col->data)[i] = (int32_t)v;
+    bit(col, i);
+}
+
+static inline void putcode(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
+    if (!isnull && (v < 0 || v >= c->nstr)) pt->fail = 2;
+    put32(c, pt, k, i, v, isnull);
+}
+
+static inline void put64(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
+    Col *col = &c->col[k];
+    if (isnull) {
+        ((int64_t *)col->data)[i] = 0;
+        pt->nulls[k]++;
+        return;
+    }
+    ((int64_t *)col->data)[i] = v;
+    bit(col, i);
+}
+
+static inline void putf64(Ctx *c, Part *pt, int64_t i, double v, int isnull) {
+    Col *col = &c->col[C_VALUE];
+    ((double *)col->data)[i] = isnull ? 0.0 : v;
+    if (isnull) pt->nulls[C_VALUE]++;
+    else bit(col, i);
+}
+
+/* A string column's row: sbegin reserves room and returns where to write, send ends it. */
+static inline char *sbegin(Part *pt, int s, size_t need) {
+    Buf *b = &pt->s[s];
+    if (b->len + need > b->cap) {
+        size_t cap = b->cap ? b->cap : pt->hint[s] > ((size_t)1 << 16) ? pt->hint[s] : (size_t)1 << 16;
+        while (cap < b->len + need) cap *= 2;
+        char *q = b->p ? realloc(b->p, cap) : malloc(cap);
+        if (!q) {
+            pt->fail = 1;
+            return NULL;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    return b->p + b->len;
+}
+
+static inline void send(Ctx *c, Part *pt, int s, int64_t i, char *end) {
+    Buf *b = &pt->s[s];
+    Col *col = &c->col[STR_COL[s]];
+    if (b->len > INT32_MAX) pt->fail = 2;
+    col->off[i] = (int32_t)b->len;
+    b->len = (size_t)(end - b->p);
+    bit(col, i);
+}
+
+static inline void snull(Ctx *c, Part *pt, int s, int64_t i) {
+    Col *col = &c->col[STR_COL[s]];
+    col->off[i] = (int32_t)pt->s[s].len;
+    pt->nulls[STR_COL[s]]++;
+}
+
+static inline char *lit(char *q, const char *text, size_t n) {
+    memcpy(q, text, n);
+    return q + n;
+}
+#define LIT(q, text) lit((q), (text), sizeof(text) - 1)
+
+static inline char *text(char *q, Text t) {
+    memcpy(q, t.p, (size_t)t.n);
+    return q + t.n;
+}
+
+static inline char *num(char *q, int64_t v) {
+    char tmp[24];
+    int n = 0;
+    uint64_t u;
+    if (v < 0) {
+        *q++ = '-';
+        u = (uint64_t)0 - (uint64_t)v;
+    } else {
+        u = (uint64_t)v;
+    }
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n) *q++ = tmp[--n];
+    return q;
+}
+
+/* Room for a row's formatted numbers and fixed text, beyond its strings. */
+#define ROOM 320
+
+static void task_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
+    if (f[3] == NUL) {  /* tid (the stream) is never null */
+        pt->fail = 2;
+        return;
+    }
+    put32(c, pt, C_RANK, i, f[0], 0);
+    putcode(c, pt, C_PH, i, c->fixed[FX_X], 0);
+    putcode(c, pt, C_NAME, i, f[6], 0);
+    putcode(c, pt, C_CAT, i, 0, 1);
+    put64(c, pt, C_TS, i, f[4], 0);
+    put64(c, pt, C_DUR, i, f[5], 0);
+    put64(c, pt, C_PID, i, f[2], 0);
+    put64(c, pt, C_TID, i, (int32_t)f[3], 0);
+    snull(c, pt, 0, i);
+    snull(c, pt, 2, i);
+    putcode(c, pt, C_KIND, i, f[7], 0);
+    put32(c, pt, C_DEVICE, i, f[1], f[1] == NUL);
+    put32(c, pt, C_STREAM, i, f[3], 0);
+    put64(c, pt, C_CORR, i, f[9], f[9] == NUL);
+    put64(c, pt, C_BYTES, i, f[12], f[12] == NUL);
+    put64(c, pt, C_ADDR, i, 0, 1);
+    putf64(c, pt, i, 0.0, 1);
+    put32(c, pt, C_STEP, i, f[15], f[15] == NUL);
+    /* args: the head every kind has, then the kind's own members; null with a null part */
+    int64_t kind = f[7];
+    if (f[8] < 0 || f[8] >= c->nstr || kind < K_KERNEL || kind > K_RECORD) {
+        pt->fail = 2;
+        return;
+    }
+    int64_t text13 = f[13] > 0 ? f[13] : 0;
+    if (f[9] == NUL || ((kind == K_MEMCPY || kind == K_MEMSET) && f[12] == NUL)) {
+        snull(c, pt, 1, i);
+        return;
+    }
+    Text tail = {"", 0};
+    if (kind == K_KERNEL) {
+        if (text13 >= c->nquoted) {
+            pt->fail = 2;
+            return;
+        }
+        tail = c->quoted[text13];
+    } else if (kind == K_MEMCPY) {
+        if (text13 >= c->nstr) {
+            pt->fail = 2;
+            return;
+        }
+        tail = c->str[text13];
+    }
+    char *q = sbegin(pt, 1, ROOM + (size_t)c->str[f[8]].n + (size_t)tail.n);
+    if (!q) return;
+    q = LIT(q, "{\"Task Type\":\"");
+    q = text(q, c->str[f[8]]);
+    q = LIT(q, "\",\"Stream Id\":");
+    q = num(q, (int32_t)f[3]);
+    q = LIT(q, ",\"Task Id\":");
+    q = num(q, f[9]);
+    switch (kind) {
+    case K_KERNEL:
+        q = LIT(q, ",\"Block Dim\":");
+        q = num(q, f[10]);
+        q = LIT(q, ",\"Waves\":");
+        q = num(q, f[11]);
+        q = LIT(q, ",\"OP Type\":\"");
+        q = text(q, tail);
+        q = LIT(q, "\"}");
+        break;
+    case K_MEMCPY:
+        q = LIT(q, ",\"size(Byte)\":");
+        q = num(q, f[12]);
+        q = LIT(q, ",\"Copy Kind\":\"");
+        q = text(q, tail);
+        q = LIT(q, "\"}");
+        break;
+    case K_MEMSET:
+        q = LIT(q, ",\"size(Byte)\":");
+        q = num(q, f[12]);
+        q = LIT(q, "}");
+        break;
+    default: /* a wait or a record */
+        q = LIT(q, ",\"Event Id\":");
+        q = num(q, f[14]);
+        q = LIT(q, "}");
+    }
+    send(c, pt, 1, i, q);
+}
+
+static void api_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
+    if (f[2] == NUL) {  /* tid is never null */
+        pt->fail = 2;
+        return;
+    }
+    put32(c, pt, C_RANK, i, f[0], 0);
+    putcode(c, pt, C_PH, i, c->fixed[FX_X], 0);
+    putcode(c, pt, C_NAME, i, f[3], 0);
+    putcode(c, pt, C_CAT, i, c->fixed[FX_ACL], 0);
+    put64(c, pt, C_TS, i, f[4], 0);
+    put64(c, pt, C_DUR, i, f[5], 0);
+    put64(c, pt, C_PID, i, f[1], 0);
+    put64(c, pt, C_TID, i, f[2], 0);
+    snull(c, pt, 0, i);
+    snull(c, pt, 2, i);
+    putcode(c, pt, C_KIND, i, f[6], 0);
+    put32(c, pt, C_DEVICE, i, f[7], f[7] == NUL);
+    put32(c, pt, C_STREAM, i, f[8], f[8] == NUL);
+    put64(c, pt, C_CORR, i, f[9], f[9] == NUL);
+    put64(c, pt, C_BYTES, i, f[10], f[10] == NUL);
+    put64(c, pt, C_ADDR, i, f[16], f[16] == NUL);
+    putf64(c, pt, i, 0.0, 1);
+    put32(c, pt, C_STEP, i, f[11], f[11] == NUL);
+    /* args: the thread, then each member the call has (a null field leaves its member out) */
+    int64_t blocked = f[13] > 0 ? f[13] : 0;
+    if (blocked >= c->nstr) {
+        pt->fail = 2;
+        return;
+    }
+    Text why = c->str[blocked];
+    char *q = sbegin(pt, 1, ROOM + (size_t)why.n);
+    if (!q) return;
+    q = LIT(q, "{\"Thread Id\":");
+    q = num(q, f[2]);
+    if (f[8] != NUL) {
+        q = LIT(q, ",\"Stream Id\":");
+        q = num(q, f[8]);
+    }
+    if (f[12] != NUL) {
+        q = LIT(q, ",\"Block Dim\":");
+        q = num(q, f[12]);
+    }
+    if (f[14] != NUL) {
+        q = LIT(q, ",\"Blocked\":\"");
+        q = text(q, why);
+        q = LIT(q, "\",\"Blocked (ns)\":");
+        q = num(q, f[14]);
+    }
+    if (f[15] != NUL) {
+        q = LIT(q, ",\"Src Addr\":");
+        q = num(q, f[15]);
+    }
+    if (f[16] != NUL) {
+        q = LIT(q, ",\"Dst Addr\":");
+        q = num(q, f[16]);
+    }
+    q = LIT(q, "}");
+    send(c, pt, 1, i, q);
+}
+
+static void flow_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
+    int finish = f[1] == 1;
+    put32(c, pt, C_RANK, i, f[0], 0);
+    putcode(c, pt, C_PH, i, c->fixed[finish ? FX_F : FX_S], 0);
+    putcode(c, pt, C_NAME, i, c->fixed[FX_H2D], 0);
+    putcode(c, pt, C_CAT, i, c->fixed[FX_H2D], 0);
+    put64(c, pt, C_TS, i, f[2], 0);
+    put64(c, pt, C_DUR, i, 0, 1);
+    put64(c, pt, C_PID, i, f[3], 0);
+    put64(c, pt, C_TID, i, f[4], 0);
+    if (f[5] == NUL) {
+        snull(c, pt, 0, i);
+    } else {
+        char *q = sbegin(pt, 0, 24);
+        if (!q) return;
+        send(c, pt, 0, i, num(q, f[5]));
+    }
+    snull(c, pt, 1, i);
+    if (finish) {
+        char *q = sbegin(pt, 2, 16);
+        if (!q) return;
+        send(c, pt, 2, i, LIT(q, "{\"bp\":\"e\"}"));
+    } else {
+        snull(c, pt, 2, i);
+    }
+    putcode(c, pt, C_KIND, i, c->fixed[FX_FLOW], 0);
+    put32(c, pt, C_DEVICE, i, f[6], f[6] == NUL);
+    put32(c, pt, C_STREAM, i, f[7], f[7] == NUL);
+    put64(c, pt, C_CORR, i, f[5], f[5] == NUL);
+    put64(c, pt, C_BYTES, i, 0, 1);
+    put64(c, pt, C_ADDR, i, 0, 1);
+    putf64(c, pt, i, 0.0, 1);
+    put32(c, pt, C_STEP, i, f[8], f[8] == NUL);
+}
+
+static void counter_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
+    put32(c, pt, C_RANK, i, f[0], 0);
+    putcode(c, pt, C_PH, i, c->fixed[FX_C], 0);
+    putcode(c, pt, C_NAME, i, f[2], 0);
+    putcode(c, pt, C_CAT, i, 0, 1);
+    put64(c, pt, C_TS, i, f[3], 0);
+    put64(c, pt, C_DUR, i, 0, 1);
+    put64(c, pt, C_PID, i, f[1], 0);
+    put64(c, pt, C_TID, i, 0, 0);
+    snull(c, pt, 0, i);
+    Text unit = c->units[f[5] == 0 ? 0 : f[5] == 1 ? 1 : 2];
+    char *q = sbegin(pt, 1, ROOM + (size_t)unit.n);
+    if (!q) return;
+    q = LIT(q, "{\"");
+    q = text(q, unit);
+    q = LIT(q, "\":");
+    q = num(q, f[4]);
+    q = LIT(q, "}");
+    send(c, pt, 1, i, q);
+    snull(c, pt, 2, i);
+    putcode(c, pt, C_KIND, i, c->fixed[FX_COUNTER], 0);
+    put32(c, pt, C_DEVICE, i, f[6], f[6] == NUL);
+    put32(c, pt, C_STREAM, i, f[7], f[7] == NUL);
+    put64(c, pt, C_CORR, i, 0, 1);
+    put64(c, pt, C_BYTES, i, 0, 1);
+    put64(c, pt, C_ADDR, i, 0, 1);
+    putf64(c, pt, i, (double)f[4], 0);
+    put32(c, pt, C_STEP, i, f[8], f[8] == NUL);
+}
+
+static void full_row(Ctx *c, Part *pt, int64_t i, const Full *r) {
+    for (int k = 0; k < NCOL; k++) {
+        int isnull = (r->null >> k) & 1;
+        switch (COL_TYPE[k]) {
+        case T_I32: put32(c, pt, k, i, r->v[k], isnull); break;
+        case T_CODE: putcode(c, pt, k, i, r->v[k], isnull); break;
+        case T_I64: put64(c, pt, k, i, r->v[k], isnull); break;
+        case T_F64: putf64(c, pt, i, r->value, isnull); break;
+        default: {
+            int s = str_slot(k);
+            if (isnull) {
+                snull(c, pt, s, i);
+            } else {
+                char *q = sbegin(pt, s, (size_t)r->s[s].n + 1);
+                if (!q) return;
+                send(c, pt, s, i, text(q, r->s[s]));
+            }
+        }
+        }
+    }
+}
+
+static void *write_part(void *arg) {
+    Part *pt = (Part *)arg;
+    Ctx *c = pt->c;
+    for (int k = 0; k < NCOL; k++) { /* this part's bytes of each bitmap (lo is a multiple of 8) */
+        int64_t first = pt->lo >> 3, last = (pt->hi + 7) >> 3;
+        memset(c->col[k].valid + first, 0, (size_t)(last - first));
+    }
+    size_t rows = (size_t)(pt->hi - pt->lo);
+    pt->hint[0] = rows * 8;   /* flow ids */
+    pt->hint[1] = rows * 48;  /* args */
+    pt->hint[2] = rows * 4;   /* extras */
+    for (int64_t i = pt->lo; i < pt->hi && !pt->fail; i++) {
+        int64_t p = c->perm ? (int64_t)c->perm[i] : i;
+        if (p < c->b_task) full_row(c, pt, i, &c->full[p]);
+        else if (p < c->b_api) task_row(c, pt, i, c->task.d + (p - c->b_task) * W_TASK);
+        else if (p < c->b_flow) api_row(c, pt, i, c->api.d + (p - c->b_api) * W_API);
+        else if (p < c->b_counter) flow_row(c, pt, i, c->flow.d + (p - c->b_flow) * W_FLOW);
+        else counter_row(c, pt, i, c->counter.d + (p - c->b_counter) * W_COUNTER);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the order */
+
+/* Calls BODY with r (rank) and t (ts) of every row, in recording order (p its position). */
+#define EACH_KEY(c, BODY)                                                                          \
+    do {                                                                                           \
+        int64_t p = 0, r, t;                                                                       \
+        for (int64_t j = 0; j < (c)->nfull; j++, p++) {                                            \
+            r = (c)->full[j].v[C_RANK], t = (c)->full[j].v[C_TS];                                  \
+            BODY;                                                                                  \
+        }                                                                                          \
+        for (int64_t j = 0; j < (c)->task.n; j++, p++) {                                           \
+            r = (c)->task.d[j * W_TASK], t = (c)->task.d[j * W_TASK + 4];                          \
+            BODY;                                                                                  \
+        }                                                                                          \
+        for (int64_t j = 0; j < (c)->api.n; j++, p++) {                                            \
+            r = (c)->api.d[j * W_API], t = (c)->api.d[j * W_API + 4];                              \
+            BODY;                                                                                  \
+        }                                                                                          \
+        for (int64_t j = 0; j < (c)->flow.n; j++, p++) {                                           \
+            r = (c)->flow.d[j * W_FLOW], t = (c)->flow.d[j * W_FLOW + 2];                          \
+            BODY;                                                                                  \
+        }                                                                                          \
+        for (int64_t j = 0; j < (c)->counter.n; j++, p++) {                                        \
+            r = (c)->counter.d[j * W_COUNTER], t = (c)->counter.d[j * W_COUNTER + 3];              \
+            BODY;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+#define DIGIT 11
+#define BUCKETS (1 << DIGIT)
+#define MAX_DIGITS 6 /* 6 * 11 >= 64 */
+
+/* The recording positions in (rank, ts) order, ties in recording order: a stable LSD radix
+ * sort of rank << tsbits | (ts - min ts), over the 11-bit digits that vary. 0: in order
+ * already (c->perm stays NULL), 1: sorted, -1: out of memory, -2: declined (keys do not pack). */
+static int order(Ctx *c) {
+    int64_t n = c->n, rmin = INT64_MAX, rmax = INT64_MIN, tmin = INT64_MAX, tmax = INT64_MIN;
+    int64_t prev_r = INT64_MIN, prev_t = INT64_MIN;
+    int sorted = 1;
+    EACH_KEY(c, {
+        if (r < rmin) rmin = r;
+        if (r > rmax) rmax = r;
+        if (t < tmin) tmin = t;
+        if (t > tmax) tmax = t;
+        if (r < prev_r || (r == prev_r && t < prev_t)) sorted = 0;
+        prev_r = r;
+        prev_t = t;
+        (void)p;
+    });
+    if (sorted) return 0;
+    if (rmin < 0) return -2;
+    uint64_t span = (uint64_t)tmax - (uint64_t)tmin;
+    int tbits = 0, rbits = 0;
+    while (tbits < 64 && (span >> tbits)) tbits++;
+    while (rbits < 64 && ((uint64_t)rmax >> rbits)) rbits++;
+    if (tbits + rbits > 64 || n > (int64_t)UINT32_MAX) return -2;
+    uint64_t *key = malloc((size_t)n * 8), *key2 = malloc((size_t)n * 8);
+    uint32_t *idx = malloc((size_t)n * 4), *idx2 = malloc((size_t)n * 4);
+    size_t (*count)[BUCKETS] = calloc(MAX_DIGITS, sizeof *count);
+    if (!key || !key2 || !idx || !idx2 || !count) {
+        free(key), free(key2), free(idx), free(idx2), free(count);
+        return -1;
+    }
+    int digits = (tbits + rbits + DIGIT - 1) / DIGIT;
+    EACH_KEY(c, {
+        uint64_t k = (tbits < 64 ? (uint64_t)r << tbits : 0) | ((uint64_t)t - (uint64_t)tmin);
+        key[p] = k;
+        idx[p] = (uint32_t)p;
+        for (int b = 0; b < digits; b++) count[b][(k >> (DIGIT * b)) & (BUCKETS - 1)]++;
+    });
+    for (int b = 0; b < digits; b++) {
+        size_t *cnt = count[b];
+        int single = 0;
+        for (int v = 0; v < BUCKETS; v++)
+            if (cnt[v] == (size_t)n) single = 1;
+        if (single) continue; /* every key has the same digit here */
+        size_t at = 0;
+        for (int v = 0; v < BUCKETS; v++) {
+            size_t k = cnt[v];
+            cnt[v] = at;
+            at += k;
+        }
+        int shift = DIGIT * b;
+        for (int64_t p = 0; p < n; p++) {
+            uint64_t k = key[p];
+            size_t to = cnt[(k >> shift) & (BUCKETS - 1)]++;
+            key2[to] = k;
+            idx2[to] = idx[p];
+        }
+        uint64_t *tk = key; key = key2; key2 = tk;
+        uint32_t *ti = idx; idx = idx2; idx2 = ti;
+    }
+    free(key), free(key2), free(idx2), free(count);
+    c->perm = idx;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the build */
+
+static int i64_of(PyObject *o, int64_t *out) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+static int text_of(PyObject *o, Text *t) {
+    if (!PyUnicode_CheckExact(o)) return 0;
+    t->p = PyUnicode_AsUTF8AndSize(o, &t->n);
+    if (!t->p) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The texts of a list of str; *ok = 1, 0 when one is not a str, -1 out of memory. */
+static Text *texts(PyObject *list, int *ok) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Text *out = malloc(sizeof(Text) * (size_t)(n ? n : 1));
+    *ok = out != NULL ? 1 : -1;
+    for (Py_ssize_t i = 0; out && i < n; i++)
+        if (!text_of(PyList_GET_ITEM(list, i), &out[i])) {
+            *ok = 0;
+            break;
+        }
+    return out;
+}
+
+/* A dictionary column's code for text: its index in strings, appended (and to codes) if new. */
+static int code_of(PyObject *o, PyObject *strings, PyObject *codes, int64_t *out) {
+    if (!PyUnicode_CheckExact(o)) return 0;
+    PyObject *have = PyDict_GetItemWithError(codes, o);
+    if (have) return i64_of(have, out);
+    if (PyErr_Occurred()) return -1;
+    PyObject *next = PyLong_FromSsize_t(PyList_GET_SIZE(strings));
+    if (!next || PyDict_SetItem(codes, o, next) < 0 || PyList_Append(strings, o) < 0) {
+        Py_XDECREF(next);
+        return -1;
+    }
+    Py_DECREF(next);
+    *out = PyList_GET_SIZE(strings) - 1;
+    return 1;
+}
+
+/* Full rows as Full structs; 1 done, 0 declined, -1 a Python error. */
+static int convert_rows(PyObject *rows, PyObject *strings, Full *full) {
+    PyObject *codes = PyDict_New();
+    if (!codes) return -1;
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok == 1 && i < PyList_GET_SIZE(strings); i++) {
+        PyObject *k = PyLong_FromSsize_t(i);
+        if (!k || PyDict_SetItem(codes, PyList_GET_ITEM(strings, i), k) < 0) ok = -1;
+        Py_XDECREF(k);
+    }
+    for (Py_ssize_t r = 0; ok == 1 && r < PyList_GET_SIZE(rows); r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != NCOL) {
+            ok = 0;
+            break;
+        }
+        Full *f = &full[r];
+        memset(f, 0, sizeof *f);
+        for (int k = 0; ok == 1 && k < NCOL; k++) {
+            PyObject *o = PyTuple_GET_ITEM(row, k);
+            int required = k == C_RANK || k == C_PH || k == C_TS || k == C_PID || k == C_TID || k == C_KIND;
+            if (o == Py_None) {
+                if (required) ok = 0;
+                f->null |= 1u << k;
+                continue;
+            }
+            switch (COL_TYPE[k]) {
+            case T_CODE: ok = code_of(o, strings, codes, &f->v[k]); break;
+            case T_I32:
+            case T_I64: ok = i64_of(o, &f->v[k]); break;
+            case T_F64:
+                if (PyFloat_CheckExact(o)) {
+                    f->value = PyFloat_AS_DOUBLE(o);
+                } else if (PyLong_CheckExact(o)) {
+                    f->value = PyLong_AsDouble(o);
+                    if (f->value == -1.0 && PyErr_Occurred()) {
+                        PyErr_Clear();
+                        ok = 0;
+                    }
+                } else {
+                    ok = 0;
+                }
+                break;
+            default: ok = text_of(o, &f->s[str_slot(k)]);
+            }
+        }
+    }
+    Py_DECREF(codes);
+    return ok;
+}
+
+static int src_of(PyObject *o, int width, Py_buffer *view, Src *src) {
+    src->d = NULL;
+    src->n = 0;
+    view->obj = NULL;
+    if (o == Py_None) return 1;
+    if (PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (view->len % (8 * width)) {
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        PyErr_SetString(PyExc_ValueError, "build: a buffer is not whole rows of int64 fields");
+        return -1;
+    }
+    src->d = (const int64_t *)view->buf;
+    src->n = view->len / (8 * width);
+    return 1;
+}
+
+/* The string columns' parts joined onto the first one's buffer: part k's offsets shifted by
+ * what came before it. */
+static int join_strings(Ctx *c, Part *parts, int nparts) {
+    for (int s = 0; s < NSTR; s++) {
+        Col *col = &c->col[STR_COL[s]];
+        size_t total = 0;
+        for (int k = 0; k < nparts; k++) total += parts[k].s[s].len;
+        if (total > INT32_MAX) return -2;
+        Buf *first = &parts[0].s[s];
+        if (!first->p || total > first->cap) {
+            char *q = first->p ? realloc(first->p, total) : malloc(total ? total : 1);
+            if (!q) return -1;
+            first->p = q;
+            first->cap = total;
+        }
+        char *data = first->p;
+        size_t at = first->len;
+        for (int k = 1; k < nparts; k++) {
+            Part *pt = &parts[k];
+            if (pt->s[s].len) memcpy(data + at, pt->s[s].p, pt->s[s].len);
+            if (at)
+                for (int64_t i = pt->lo; i < pt->hi; i++) col->off[i] += (int32_t)at;
+            at += pt->s[s].len;
+            free(pt->s[s].p);
+            pt->s[s].p = NULL;
+        }
+        first->p = NULL; /* the column owns it now */
+        col->off[c->n] = (int32_t)total;
+        col->sdata = data;
+        col->slen = total;
+    }
+    return 1;
+}
+
+/* A dictionary column's codes renumbered in order of first use; used[] gets the codes used. */
+static int64_t canonical(Ctx *c, int k, int32_t *remap, int64_t *used) {
+    Col *col = &c->col[k];
+    int32_t *d = (int32_t *)col->data;
+    int64_t nused = 0;
+    for (int64_t s = 0; s < c->nstr; s++) remap[s] = -1;
+    for (int64_t i = 0; i < c->n; i++) {
+        if (!((col->valid[i >> 3] >> (i & 7)) & 1)) continue;
+        int32_t code = d[i];
+        if (remap[code] < 0) {
+            remap[code] = (int32_t)nused;
+            used[nused++] = code;
+        }
+        d[i] = remap[code];
+    }
+    return nused;
+}
+
+static void free_ctx(Ctx *c) {
+    for (int k = 0; k < NCOL; k++) {
+        free(c->col[k].data);
+        free(c->col[k].valid);
+        free(c->col[k].off);
+        free(c->col[k].sdata);
+    }
+    free(c->perm);
+    free(c->full);
+    free(c->str);
+    free(c->quoted);
+}
+
+static PyObject *column_result(Ctx *c, int k, PyObject *strings, int64_t *used, int64_t nused) {
+    Col *col = &c->col[k];
+    PyObject *valid, *data, *off = Py_None, *dict = Py_None;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    if (col->nulls) {
+        valid = mem_of((char *)col->valid, (Py_ssize_t)((c->n + 7) >> 3));
+    } else {
+        free(col->valid);
+        valid = Py_None;
+        Py_INCREF(Py_None);
+    }
+    col->valid = NULL;
+    size_t width = COL_TYPE[k] == T_I32 || COL_TYPE[k] == T_CODE ? 4 : 8;
+    if (COL_TYPE[k] == T_STR) {
+        Py_DECREF(off);
+        off = mem_of((char *)col->off, (Py_ssize_t)(4 * (c->n + 1)));
+        col->off = NULL;
+        data = mem_of(col->sdata, (Py_ssize_t)col->slen);
+        col->sdata = NULL;
+        free(col->data);
+    } else {
+        data = mem_of((char *)col->data, (Py_ssize_t)(width * (size_t)c->n));
+    }
+    col->data = NULL;
+    if (used) {
+        Py_DECREF(dict);
+        dict = PyList_New(nused);
+        for (int64_t j = 0; dict && j < nused; j++) {
+            PyObject *s = PyList_GET_ITEM(strings, used[j]);
+            Py_INCREF(s);
+            PyList_SET_ITEM(dict, j, s);
+        }
+    }
+    if (!valid || !data || !off || !dict) {
+        Py_XDECREF(valid), Py_XDECREF(data), Py_XDECREF(off), Py_XDECREF(dict);
+        return NULL;
+    }
+    return Py_BuildValue("(NLNNN)", valid, (long long)col->nulls, data, off, dict);
+}
+
+static PyObject *build(PyObject *self, PyObject *args) {
+    PyObject *o_task, *o_api, *o_flow, *o_counter, *rows, *strings_in, *quoted_in, *fixed_in, *units_in;
+    int workers;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!O!O!O!i", &o_task, &o_api, &o_flow, &o_counter, &PyList_Type, &rows,
+                          &PyList_Type, &strings_in, &PyList_Type, &quoted_in, &PyTuple_Type, &fixed_in,
+                          &PyTuple_Type, &units_in, &workers))
+        return NULL;
+    if (PyTuple_GET_SIZE(fixed_in) != NFIXED || PyTuple_GET_SIZE(units_in) != NUNITS) {
+        PyErr_SetString(PyExc_ValueError, "build: fixed needs 8 codes and units 3 texts");
+        return NULL;
+    }
+    Ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    Ctx *c = &ctx;
+    Py_buffer views[4];
+    PyObject *out = NULL, *strings = PyList_GetSlice(strings_in, 0, PyList_GET_SIZE(strings_in));
+    int state = strings ? 1 : -1; /* 1 going on, 0 declined, -1 a Python error */
+    int nviews = 0;
+    Src *srcs[4] = {&c->task, &c->api, &c->flow, &c->counter};
+    PyObject *objs[4] = {o_task, o_api, o_flow, o_counter};
+    const int widths[4] = {W_TASK, W_API, W_FLOW, W_COUNTER};
+    for (; state == 1 && nviews < 4; nviews++)
+        if (src_of(objs[nviews], widths[nviews], &views[nviews], srcs[nviews]) < 0) state = -1;
+    for (int k = 0; state == 1 && k < NFIXED; k++)
+        if (!i64_of(PyTuple_GET_ITEM(fixed_in, k), &c->fixed[k])) state = 0;
+    for (int k = 0; state == 1 && k < NUNITS; k++)
+        if (!text_of(PyTuple_GET_ITEM(units_in, k), &c->units[k])) state = 0;
+    if (state == 1) {
+        c->nfull = PyList_GET_SIZE(rows);
+        c->full = malloc(sizeof(Full) * (size_t)(c->nfull ? c->nfull : 1));
+        if (!c->full) {
+            PyErr_NoMemory();
+            state = -1;
+        } else {
+            state = convert_rows(rows, strings, c->full);
+        }
+    }
+    int ok = 1;
+    if (state == 1) {
+        c->nstr = PyList_GET_SIZE(strings);
+        c->str = texts(strings, &ok);
+        if (ok == 1) {
+            c->nquoted = PyList_GET_SIZE(quoted_in);
+            c->quoted = texts(quoted_in, &ok);
+        }
+        if (ok != 1) state = ok == 0 ? 0 : (PyErr_NoMemory(), -1);
+    }
+    for (int k = 0; state == 1 && k < NFIXED; k++)
+        if (c->fixed[k] < 0 || c->fixed[k] >= c->nstr) state = 0;
+    int64_t *used[NCOL] = {0}, nused[NCOL] = {0};
+    int32_t *remap = NULL;
+    if (state == 1) {
+        c->b_task = c->nfull;
+        c->b_api = c->b_task + c->task.n;
+        c->b_flow = c->b_api + c->api.n;
+        c->b_counter = c->b_flow + c->flow.n;
+        c->n = c->b_counter + c->counter.n;
+        if (workers < 1) workers = 1;
+        if (workers > MAX_PARTS) workers = MAX_PARTS;
+        int res = 0;
+        Part parts[MAX_PARTS];
+        memset(parts, 0, sizeof parts);
+        int nparts = 0;
+        Py_BEGIN_ALLOW_THREADS
+        res = order(c);
+        if (res >= 0) {
+            int64_t n = c->n;
+            for (int k = 0; k < NCOL && res >= 0; k++) {
+                Col *col = &c->col[k];
+                size_t width = COL_TYPE[k] == T_I32 || COL_TYPE[k] == T_CODE ? 4 : 8;
+                col->data = malloc(COL_TYPE[k] == T_STR ? 1 : width * (size_t)(n ? n : 1));
+                col->valid = malloc((size_t)((n + 7) >> 3) + 1);
+                if (COL_TYPE[k] == T_STR) col->off = malloc(4 * (size_t)(n + 1));
+                if (!col->data || !col->valid || (COL_TYPE[k] == T_STR && !col->off)) res = -1;
+            }
+            if (res >= 0) {
+                /* parts of whole bitmap bytes, the rows shared about evenly */
+                int64_t step = ((n / workers) + 7) & ~(int64_t)7;
+                for (int64_t lo = 0; nparts < workers && (lo < n || nparts == 0); nparts++) {
+                    int64_t hi = nparts == workers - 1 || lo + step >= n ? n : lo + step;
+                    parts[nparts].c = c;
+                    parts[nparts].lo = lo;
+                    parts[nparts].hi = hi;
+                    lo = hi;
+                }
+                pthread_t threads[MAX_PARTS];
+                int started[MAX_PARTS] = {0};
+                for (int k = 1; k < nparts; k++)
+                    started[k] = pthread_create(&threads[k], NULL, write_part, &parts[k]) == 0;
+                write_part(&parts[0]);
+                for (int k = 1; k < nparts; k++) {
+                    if (started[k]) pthread_join(threads[k], NULL);
+                    else write_part(&parts[k]);
+                }
+                for (int k = 0; k < nparts; k++) {
+                    if (parts[k].fail == 1) res = -1;
+                    else if (parts[k].fail == 2 && res >= 0) res = -2;
+                    for (int j = 0; j < NCOL; j++) c->col[j].nulls += parts[k].nulls[j];
+                }
+                if (res >= 0) res = join_strings(c, parts, nparts);
+                if (res >= 0) {
+                    remap = malloc(sizeof(int32_t) * (size_t)(c->nstr ? c->nstr : 1));
+                    if (!remap) res = -1;
+                    for (int k = 0; k < NCOL && res >= 0; k++) {
+                        if (COL_TYPE[k] != T_CODE) continue;
+                        used[k] = malloc(sizeof(int64_t) * (size_t)(c->nstr ? c->nstr : 1));
+                        if (!used[k]) {
+                            res = -1;
+                            break;
+                        }
+                        nused[k] = canonical(c, k, remap, used[k]);
+                    }
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+        for (int k = 0; k < nparts; k++)
+            for (int s = 0; s < NSTR; s++) free(parts[k].s[s].p);
+        if (res == -1) {
+            PyErr_NoMemory();
+            state = -1;
+        } else if (res == -2) {
+            state = 0;
+        }
+    }
+    if (state == 1) {
+        PyObject *cols = PyList_New(NCOL);
+        for (int k = 0; cols && k < NCOL; k++) {
+            PyObject *col = column_result(c, k, strings, used[k], nused[k]);
+            if (!col) {
+                Py_CLEAR(cols);
+                break;
+            }
+            PyList_SET_ITEM(cols, k, col);
+        }
+        if (cols) out = Py_BuildValue("(LN)", (long long)c->n, cols);
+    } else if (state == 0) {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    free(remap);
+    for (int k = 0; k < NCOL; k++) free(used[k]);
+    free_ctx(c);
+    for (int k = 0; k < nviews; k++)
+        if (views[k].obj) PyBuffer_Release(&views[k]);
+    Py_XDECREF(strings);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"build", build, METH_VARARGS,
+     "build(tasks, apis, flows, counters, rows, strings, quoted, fixed, units, workers): the trace table's "
+     "columns as Arrow buffers, or None when the Arrow build must decide"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rowtable", "Native build of the emulator's trace table.",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__rowtable(void) {
+    if (PyType_Ready(&MemType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

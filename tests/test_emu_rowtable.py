@@ -1,0 +1,239 @@
+"""The native trace-table build (runtime_emu/_rowtable.c) against the Arrow build (tables.py).
+
+Both must give the same table, dictionaries in canonical form, on every chunk the recorder
+can hand over; the native one declines (returns None, leaving the chunk as it was) what it
+does not cover, and then the Arrow build decides. Compared: every scenario with each of its
+problem switches, streamed cuts, random chunks of every row kind (nulls, several ranks, new
+texts in full rows, ties in ts), the split over threads at every boundary, and the declines.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+
+import numpy as np
+import pytest
+
+from msprof_py.trace.schema import TraceMeta, arrow_schema, canonical_dictionaries
+from runtime_emu import Kernel, Runtime, scenarios, tables
+from runtime_emu.recorder import (
+    _FIXED_CODES,
+    API_W,
+    COUNTER_W,
+    FLOW_W,
+    K_KERNEL,
+    K_MEMCPY,
+    K_MEMSET,
+    K_RECORD,
+    K_WAIT,
+    NULL,
+    TASK_W,
+    Chunk,
+)
+
+NATIVE = tables.native_module()
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the native table build is not compiled (no C compiler)")
+SCHEMA = arrow_schema(TraceMeta())
+
+
+def copy_chunk(chunk: Chunk) -> Chunk:
+    return Chunk(list(chunk.rows), {k: None if v is None else v.copy() for k, v in chunk.buffers.items()},
+                 list(chunk.strings))
+
+
+def both(chunk: Chunk, workers: int | None = None, monkeypatch=None):
+    """(native table or None, Arrow table made canonical) of the same rows."""
+    arrow_chunk = copy_chunk(chunk)
+    if workers is not None:
+        monkeypatch.setattr(tables, "_workers", lambda: workers)
+    native = tables.build_native(NATIVE, chunk, SCHEMA)
+    return native, canonical_dictionaries(tables.build_arrow(arrow_chunk, SCHEMA))
+
+
+def assert_same(native, arrow) -> None:
+    assert native is not None, "the native build declined"
+    assert native.schema.equals(arrow.schema, check_metadata=True)
+    for name in arrow.column_names:
+        a, b = native.column(name), arrow.column(name)
+        assert a.equals(b), f"column {name}: {a.slice(0, 5)} != {b.slice(0, 5)}"
+    for name in ("ph", "name", "cat", "kind"):  # canonical: the values used, in order of first use
+        col = native.column(name).combine_chunks()
+        seen = list(dict.fromkeys(v for v in col.to_pylist() if v is not None))
+        assert col.dictionary.to_pylist() == seen
+
+
+class Capture:
+    """Every chunk a run builds, compared both ways as it is built."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.compared = 0
+        real = tables.build
+
+        def build(chunk, schema, *, canonical=True):
+            native, arrow = both(copy_chunk(chunk))
+            assert_same(native, arrow)
+            self.compared += 1
+            return real(chunk, schema, canonical=canonical)
+
+        monkeypatch.setattr(tables, "build", build)
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_every_scenario_with_each_switch_builds_the_arrow_table(name, monkeypatch):
+    cap = Capture(monkeypatch)
+    scenario = scenarios.get(name)
+    for switches in [(), *[(s,) for s in sorted(scenario.switches)]]:
+        scenarios.run(name, switches=switches, steps=2)
+    assert cap.compared == 1 + len(scenario.switches)
+
+
+def test_streamed_cuts_build_the_arrow_table(monkeypatch):
+    rt = Runtime(seed=3)
+    rt.set_device(0)
+    streams = [rt.create_stream(priority=p) for p in (0, 3)]
+    ev = rt.create_event()
+    buf = rt.malloc(1 << 20)
+    for i in range(300):
+        s = streams[i % 2]
+        rt.launch_kernel(Kernel(f"K{i % 7}\"q\\", 500 + i % 13, op_type="Op\n\u00e9"), 1 + i % 5, s)
+        if i % 10 == 0:
+            rt.record_event(ev, s)
+            rt.stream_wait_event(streams[(i + 1) % 2], ev)
+            rt.memcpy_async(buf, 1 << 20, 0x7F00_0000_0000, 4096, 1, s)
+    rt.synchronize_device()
+    middle = rt.now() // 2
+    for before, floor in ((middle, 0), (rt.now() + 1, middle)):
+        chunk = rt.recorder.cut(before, floor)
+        assert chunk is not None and len(chunk) > 100
+        assert_same(*both(chunk))
+
+
+# ------------------------------------------------------------------ random chunks
+def random_chunk(rng: random.Random, n: int, *, full_rows: int = 20) -> Chunk:
+    """Rows of every buffer as the recorder writes them, with nulls where a field may be null,
+    a few ranks, ts ties, and full rows bringing texts the recorder has not coded."""
+    strings = list(_FIXED_CODES) + ["AI_CORE", "AI_VECTOR_CORE", "H2D", "queue full", "aclrtLaunchKernel",
+                                    'we"ird\\name', "Op\tTab", "Queue depth stream 0", "\u00fcnicode"]
+    ncode = len(strings)
+
+    def ts() -> int:
+        return rng.choice((0, 0, 5, rng.randrange(10_000), rng.randrange(1 << 40)))
+
+    def maybe(v: int) -> int:
+        return NULL if rng.random() < 0.2 else v
+
+    rank = lambda: rng.randrange(3)  # noqa: E731
+    tasks = []
+    for _ in range(n):
+        kind = rng.choice((K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD))
+        tasks.append([rank(), maybe(rng.randrange(4)), 2_000_000 + rng.randrange(3), rng.randrange(9), ts(),
+                      rng.randrange(1000), rng.randrange(ncode), kind, rng.randrange(ncode), maybe(rng.randrange(1 << 33)),
+                      rng.randrange(1, 50), rng.randrange(1, 5), maybe(rng.randrange(1 << 30)), maybe(rng.randrange(ncode)),
+                      rng.randrange(100), maybe(rng.randrange(20))])
+    apis = [[rank(), 1_000_000 + rng.randrange(3), rng.randrange(1, 4), rng.randrange(ncode), ts(), rng.randrange(99),
+             rng.randrange(ncode), maybe(0), maybe(rng.randrange(9)), maybe(rng.randrange(1 << 40)),
+             maybe(rng.randrange(1 << 20)), maybe(rng.randrange(7)), maybe(rng.randrange(1, 40)),
+             maybe(rng.randrange(ncode)), maybe(rng.randrange(1 << 35)), maybe(rng.randrange(1 << 50)),
+             maybe(rng.randrange(1 << 50))] for _ in range(n)]
+    flows = [[rank(), rng.randrange(2), ts(), rng.randrange(1 << 22), rng.randrange(9), maybe(rng.randrange(1 << 45)),
+              maybe(0), maybe(rng.randrange(9)), maybe(rng.randrange(5))] for _ in range(n)]
+    counters = [[rank(), 2_000_000, rng.randrange(ncode), ts(), rng.randrange(1 << 52), rng.randrange(3), maybe(0),
+                 maybe(rng.randrange(9)), maybe(rng.randrange(5))] for _ in range(n)]
+    rows = []
+    for i in range(full_rows):
+        rows.append((rank(), rng.choice(("M", "i", "X", "C")), rng.choice((None, "process_name", f"new text {i % 4}")),
+                     rng.choice((None, "memory", "AscendCL")), ts(), rng.choice((None, 7)), 1_000_000, rng.randrange(4),
+                     rng.choice((None, "12")), rng.choice((None, '{"name":"é\\"x"}')), rng.choice((None, '{"s":"t"}')),
+                     rng.choice(("meta", "alloc", "step")), rng.choice((None, 0)), rng.choice((None, 3)),
+                     rng.choice((None, 9)), rng.choice((None, 1 << 40)), rng.choice((None, 4096)),
+                     rng.choice((None, 1.5, 3)), rng.choice((None, 2))))
+
+    def pack(rows_: list, width: int) -> np.ndarray | None:
+        return np.array(rows_, dtype=np.int64).reshape(-1, width) if rows_ else None
+
+    return Chunk(rows, {"tasks": pack(tasks, TASK_W), "apis": pack(apis, API_W), "flows": pack(flows, FLOW_W),
+                        "counters": pack(counters, COUNTER_W)}, strings)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_chunks_build_the_arrow_table(seed):
+    rng = random.Random(seed)
+    assert_same(*both(random_chunk(rng, rng.choice((1, 37, 500, 3000)), full_rows=rng.choice((0, 1, 40)))))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 17, 1001])
+def test_the_split_over_threads_changes_nothing(n, workers, monkeypatch):
+    chunk = random_chunk(random.Random(n), n, full_rows=n % 3)
+    assert_same(*both(chunk, workers, monkeypatch))
+
+
+def test_rows_already_in_order_and_an_empty_chunk():
+    rt = Runtime(seed=0)
+    rt.set_device(0)
+    assert_same(*both(rt.recorder.take()))  # a few rows, in recording order already
+    empty = Chunk([], {"tasks": None, "apis": None, "flows": None, "counters": None}, list(_FIXED_CODES))
+    native, arrow = both(empty)
+    assert native.num_rows == 0
+    assert_same(native, arrow)
+
+
+def test_the_table_owns_its_memory_once_the_chunk_is_gone():
+    chunk = random_chunk(random.Random(9), 2000)
+    want = canonical_dictionaries(tables.build_arrow(copy_chunk(chunk), SCHEMA))
+    table = tables.build_native(NATIVE, chunk, SCHEMA)
+    assert chunk.rows == [] and chunk.buffers == {}  # taken over
+    del chunk
+    gc.collect()
+    np.ones(1 << 22).sum()  # reuse freed memory
+    assert_same(table, want)
+    assert table.column("args").to_pylist() == want.column("args").to_pylist()
+
+
+# ------------------------------------------------------------------ what it declines
+def _declined(chunk: Chunk) -> None:
+    before = copy_chunk(chunk)
+    assert tables.build_native(NATIVE, chunk, SCHEMA) is None
+    assert chunk.rows == before.rows and chunk.strings == before.strings  # left as it was
+    for name, g in before.buffers.items():
+        assert (g is None and chunk.buffers[name] is None) or np.array_equal(g, chunk.buffers[name])
+
+
+def _one(buffer: str, field: int, value: int) -> Chunk:
+    chunk = random_chunk(random.Random(1), 40, full_rows=0)
+    chunk.buffers[buffer][5, field] = value
+    return chunk
+
+
+@pytest.mark.parametrize("buffer, field, value, why", [
+    ("apis", 2, NULL, "a null tid"),
+    ("tasks", 3, NULL, "a null stream, which is the task's tid"),
+    ("tasks", 6, 10_000, "a name code outside the strings"),
+    ("tasks", 7, 9, "a task kind the recorder has not"),
+    ("counters", 2, -5, "a negative code"),
+    ("flows", 0, 1 << 40, "a rank outside int32"),
+    ("apis", 0, -1, "a negative rank (the sort's key)"),
+])
+def test_what_the_recorder_never_writes_is_left_to_the_arrow_build(buffer, field, value, why):
+    _declined(_one(buffer, field, value))
+
+
+@pytest.mark.parametrize("row", [
+    (0, "M", "x"),  # not 19 fields
+    tuple([0, "M", None, None, 0, None, 1, 1, None, None, None, None] + [None] * 7),  # no kind
+    tuple([0, "M", None, None, 0.5, None, 1, 1, None, None, None, "meta"] + [None] * 7),  # a float ts
+    tuple([0, "M", None, None, 0, None, 1, 1, None, None, None, "meta", None, None, None, None, None, "1", None]),
+])
+def test_full_rows_of_another_shape_are_left_to_the_arrow_build(row):
+    chunk = random_chunk(random.Random(2), 10, full_rows=3)
+    chunk.rows.append(row)
+    _declined(chunk)
+
+
+def test_the_build_used_follows_the_switch(monkeypatch):
+    monkeypatch.setenv("MSPROF_PY_PURE", "1")
+    assert tables.native_module() is None
+    assert tables.state() == "Arrow; MSPROF_PY_PURE=1"
+    monkeypatch.delenv("MSPROF_PY_PURE")
+    assert tables.state() == "native"
