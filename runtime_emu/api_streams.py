@@ -11,7 +11,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Final
 
 from runtime_emu import errors as E
-from runtime_emu.device import KERNEL, MEMCPY, MEMSET, Device, Kernel, Stream, Task
+from runtime_emu.device import MEMCPY, MEMSET, Device, Kernel, Stream, Task
 from runtime_emu.errors import AclError
 from runtime_emu.host import HostThread
 
@@ -100,14 +100,10 @@ def launch_kernel(rt: Runtime, kernel: Any, num_blocks: Any, stream: Any, reads:
     if num_blocks <= 0:
         raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"numBlocks must be positive, got {num_blocks}")
     stream = rt._check_stream(th, stream)
-    t0 = th.clock
-    dispatch = rt.dispatch
-    task = dispatch.new_task(KERNEL, kernel.name, stream, t0)
-    task.kernel, task.blocks, task.remaining = kernel, num_blocks, num_blocks
-    dispatch.launch(th, task, "aclrtLaunchKernel", t0, blocks=num_blocks)
+    corr = rt.dispatch.launch_kernel(th, kernel, num_blocks, stream, th.clock)
     if reads or writes:
-        rt.rows.accesses(th, task, reads, writes)
-    return task.corr
+        rt.rows.accesses(th, stream, corr, reads, writes)
+    return corr
 
 
 # ==================================================================== copies
@@ -228,4 +224,4 @@ def _copy_accesses(rt: Runtime, th: HostThread, task: Task, src: Any, dst: Any) 
     reads: tuple[int, ...] = (src,) if is_device_ptr(src) else ()
     writes: tuple[int, ...] = (dst,) if is_device_ptr(dst) else ()
     if reads or writes:
-        rt.rows.accesses(th, task, reads, writes)
+        rt.rows.accesses(th, task.stream, task.corr, reads, writes)

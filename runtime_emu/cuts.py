@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from runtime_emu import tables  # noqa: F401 - chunks build with it: imported now, not by a writer thread mid-run
+from runtime_emu.device import Task
 from runtime_emu.host import DONE
 from runtime_emu.recorder import TASK_W, Chunk, Recorder
 
@@ -80,7 +81,8 @@ class CutPolicy:
         for dev in rt.devices.values():
             for stream in dev.streams.values():
                 if stream.queue:
-                    start = stream.queue[0].start_ns
+                    head = stream.queue[0]  # a packed launch (a Kernel) has not started
+                    start = head.start_ns if isinstance(head, Task) else -1
                     if 0 <= start < w:
                         w = start
         for t0 in rt.open_steps:

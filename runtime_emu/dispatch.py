@@ -14,7 +14,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runtime_emu import errors as E
-from runtime_emu.device import COLLECTIVE, KERNEL, MEMCPY, MEMSET, RECORD, WAIT, Stream, Task
+from runtime_emu.device import (
+    COLLECTIVE,
+    KERNEL,
+    LAUNCH_BYTES,
+    LAUNCH_READ,
+    LAUNCH_ROW,
+    MEMCPY,
+    MEMSET,
+    NULL_STEP,
+    RECORD,
+    WAIT,
+    Kernel,
+    Stream,
+    Task,
+)
 from runtime_emu.engine import Engine
 from runtime_emu.errors import AclError
 from runtime_emu.ground_truth import GroundTruth
@@ -80,15 +94,62 @@ class Dispatch:
         if not stream.busy and len(stream.queue) == 1:
             self.engine.at(arrive, self._wake, stream)
 
+    def launch_kernel(self, th: HostThread, kernel: Kernel, blocks: int, stream: Stream, t0: int) -> int:
+        """`launch` for a kernel, without a Task: the launch is packed into the stream's queue
+        (see device.LAUNCH) and becomes a Task when the stream gets to it. Returns its corr."""
+        self.corr += 1
+        corr = self.corr
+        queue_blocked = 0
+        if stream.pending >= stream.capacity:
+            blocked_from = th.clock
+            self.coord.block(th, lambda: stream.pending < stream.capacity,
+                             f"queue of stream {stream.id} is full and nothing retires")
+            queue_blocked = th.clock - blocked_from
+            if self.keep_truth:
+                self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, corr))
+        clock = th.clock = th.clock + self.launch_overhead_ns
+        step = th.step
+        pending = stream.pending = stream.pending + 1
+        self.rows.launched_as(th, stream, corr, step, 0, queue_blocked, "aclrtLaunchKernel", t0, "launch", blocks,
+                              True, None, None, pending)
+        arrive = clock + self.dispatch_latency_ns
+        stream.launches += LAUNCH_ROW(blocks, corr, t0, NULL_STEP if step is None else step, arrive, queue_blocked)
+        queue = stream.queue
+        queue.append(kernel)
+        if not stream.busy and len(queue) == 1:
+            self.engine.at(arrive, self._wake, stream)
+        return corr
+
     # ---------------------------------------------------------------- device side
     def _wake(self, stream: Stream) -> None:
         self.advance(stream)
+
+    def _unpack(self, stream: Stream, kernel: Kernel) -> Task:
+        """The Task of the packed launch at the head of the stream's queue."""
+        at = stream.launches_at
+        blocks, corr, t0, step, arrive, queue_blocked = LAUNCH_READ(stream.launches, at)
+        at += LAUNCH_BYTES
+        if at == len(stream.launches):  # every packed launch has its Task: start afresh
+            stream.launches = bytearray()
+            at = 0
+        elif at >= 1 << 20 and 2 * at >= len(stream.launches):  # a long backlog: drop what was read
+            del stream.launches[:at]
+            at = 0
+        stream.launches_at = at
+        task = Task(KERNEL, kernel.name, stream, corr, t0)
+        task.kernel, task.blocks, task.remaining = kernel, blocks, blocks
+        task.step = None if step == NULL_STEP else step
+        task.arrive_ns = arrive
+        task.queue_blocked_ns = queue_blocked
+        stream.queue[0] = task
+        return task
 
     def advance(self, stream: Stream) -> None:
         """Start the stream's head task if it can start now."""
         if stream.busy or not stream.queue:
             return
-        task = stream.queue[0]
+        head = stream.queue[0]
+        task = head if isinstance(head, Task) else self._unpack(stream, head)
         now = self.engine.now
         if task.arrive_ns > now:  # launched, still on its way to the device
             self.engine.at(task.arrive_ns, self._wake, stream)

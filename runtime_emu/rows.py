@@ -80,17 +80,21 @@ class Rows:
                  record_api: bool, src: int | None, dst: int | None, pending: int) -> None:
         """A task was launched at th.clock: its API slice (unless the call records it when it
         returns), the launch's flow start and the stream's queue depth."""
+        self.launched_as(th, task.stream, task.corr, task.step, task.bytes, task.queue_blocked_ns, api, t0, kind,
+                         blocks, record_api, src, dst, pending)
+
+    def launched_as(self, th: HostThread, stream: Stream, corr: int, step: int | None, nbytes: int,
+                    queue_blocked_ns: int, api: str, t0: int, kind: str, blocks: int | None, record_api: bool,
+                    src: int | None, dst: int | None, pending: int) -> None:
+        """`launched`, given the task's fields (a kernel launch has no Task yet)."""
         sw = self.sw
-        stream = task.stream
         dev = stream.device
-        corr = task.corr
         if sw.runtime_api:
             if record_api:
-                self.api(th, api, t0, kind, stream, corr, task.bytes or None, blocks,
-                         "queue full" if task.queue_blocked_ns > 0 else None, task.queue_blocked_ns, src, dst)
+                self.api(th, api, t0, kind, stream, corr, nbytes or None, blocks,
+                         "queue full" if queue_blocked_ns > 0 else None, queue_blocked_ns, src, dst)
             if sw.task_time:
                 rank = th.rank
-                step = task.step
                 self.recorder.flows += FLOW_ROW(rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
                                                 NULL if step is None else step)
         if sw.task_time and self.queue_depth_counters:
@@ -117,17 +121,19 @@ class Rows:
                                    '{"Thread Id":%d,"Stream Id":%d%s}' % (th.tid, stream.id, stream_attrs(stream)),
                                    None, "api", dev.id, stream.id, None, None, None, None, th.step))
 
-    def accesses(self, th: HostThread, task: Task, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        """The device buffers a task (a kernel, a copy) reads and writes, as mem_read / mem_write
-        instants (a sanitizer's view), so races between streams show; with the tasks they name."""
+    def accesses(self, th: HostThread, stream: Stream, corr: int, reads: tuple[int, ...],
+                 writes: tuple[int, ...]) -> None:
+        """The device buffers a task (a kernel, a copy; `corr`) reads and writes, as mem_read /
+        mem_write instants (a sanitizer's view), so races between streams show; with the tasks
+        they name."""
         if not self.sw.task_time:
             return
-        dev = task.stream.device
+        dev = stream.device
         for name, kind, ptrs in (("[access] read", "mem_read", reads), ("[access] write", "mem_write", writes)):
             for ptr in ptrs:
                 self.recorder.rows.append((th.rank, "i", name, "access", th.clock, None, host_pid(th.rank), th.tid,
-                                           None, '{"Addr":%d,"Task Id":%d}' % (ptr, task.corr), '{"s":"t"}', kind,
-                                           dev.id, task.stream.id, task.corr, None, ptr, None, th.step))
+                                           None, '{"Addr":%d,"Task Id":%d}' % (ptr, corr), '{"s":"t"}', kind,
+                                           dev.id, stream.id, corr, None, ptr, None, th.step))
 
     def step(self, th: HostThread, n: int, t0: int) -> None:
         """Iteration `n` of the thread, [t0, th.clock], as `ProfilerStep#n`."""
