@@ -11,7 +11,7 @@ handed to the row encoder and, when the trace streams out, to the cut policy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runtime_emu import errors as E
 from runtime_emu.device import (
@@ -31,7 +31,8 @@ from runtime_emu.device import (
 )
 from runtime_emu.engine import Engine
 from runtime_emu.errors import AclError
-from runtime_emu.ground_truth import GroundTruth
+from runtime_emu.ground_truth import NO_RECORD, GroundTruth
+from runtime_emu.ground_truth import TASK_ROW as TRUTH_ROW
 from runtime_emu.host import Coordinator, HostThread
 from runtime_emu.links import Network
 from runtime_emu.recorder import Recorder
@@ -51,8 +52,10 @@ class Dispatch:
         self.coord = coord
         self.rows = rows
         self.recorder: Recorder = rows.recorder
-        #: Flat ground truth of finished tasks and the host blocks (GroundTruth's lists).
-        self.truth: list[Any] = truth.tasks
+        #: Ground truth of finished tasks (GroundTruth's packed rows, its text codes) and the
+        #: host blocks (its list).
+        self.truth: bytearray = truth.tasks
+        self.truth_codes: dict[str, int] = truth.codes
         self.host_blocks: list[tuple] = truth.host_blocks
         self.keep_truth = truth.keep
         # The launch path's two overheads as plain ints (a Preset's fields are generic lookups
@@ -245,9 +248,11 @@ class Dispatch:
         stream.last_record = record
         dev = stream.device
         if self.keep_truth:
-            self.truth.extend((task.corr, dev.rank, dev.id, stream.id, task.kind, task.name, task.launch_ns,
-                               task.arrive_ns, task.ready_ns, task.start_ns, now, task.cause, task.producer,
-                               task.queue_blocked_ns, record or None))
+            codes = self.truth_codes
+            self.truth += TRUTH_ROW(task.corr, dev.rank, dev.id, stream.id, codes[task.kind], codes[task.name],
+                                    task.launch_ns, task.arrive_ns, task.ready_ns, task.start_ns, now,
+                                    codes[task.cause], codes[task.producer], task.queue_blocked_ns,
+                                    record if record else NO_RECORD)
         self.rows.task_finished(task, now, stream.pending)
         self.advance(stream)
         cuts = self.cuts

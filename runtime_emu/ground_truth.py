@@ -8,7 +8,10 @@ thread leaves why. Scenarios add the problems they injected. This goes to
 
 from __future__ import annotations
 
-from typing import Any
+import struct
+from typing import Any, Final
+
+import numpy as np
 
 #: The fields recorded per finished device task.
 #: `record` is the correlation id of an event record: for a wait, the record it captured (None:
@@ -16,9 +19,24 @@ from typing import Any
 #: for; None for every other task.
 TASK_FIELDS = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", "arrive_ns", "ready_ns", "start_ns",
                "end_ns", "cause", "producer", "queue_blocked_ns", "record")
+#: TASK_FIELDS holding text: kept as codes into GroundTruth.codes.
+TEXT_FIELDS: Final = frozenset(("kind", "name", "cause", "producer"))
+#: A task's TASK_FIELDS as one packed row of int64s (texts as codes, no record as NO_RECORD):
+#: a row costs less to add than 15 references and their ints to a list, and the list was the
+#: one large object the garbage collector walked at every full collection.
+TASK_ROW: Final = struct.Struct(f"{len(TASK_FIELDS)}q").pack
+NO_RECORD: Final = -1
 #: The fields recorded per host block: a call that held its thread (full queue, copy, synchronize).
 HOST_BLOCK_FIELDS = ("rank", "thread", "start_ns", "end_ns", "reason", "stream", "corr")
 SCHEMA = 1
+
+
+class TextCodes(dict):
+    """text -> code; a text seen for the first time gets the next code."""
+
+    def __missing__(self, text: str) -> int:
+        code = self[text] = len(self)
+        return code
 
 
 class GroundTruth:
@@ -29,8 +47,10 @@ class GroundTruth:
         #: False: nothing is kept per task, host block or collective (a large run streamed to
         #: Parquet, whose memory must not grow with its length); the document has empty lists.
         self.keep = keep
-        #: TASK_FIELDS values per finished task, flat, in finish order (one extend per task).
-        self.tasks: list[Any] = []
+        #: TASK_FIELDS values per finished task as TASK_ROW rows, in finish order.
+        self.tasks = bytearray()
+        #: text -> code of the text fields (a new text gets the next code).
+        self.codes = TextCodes()
         #: HOST_BLOCK_FIELDS tuples, in the order the blocks ended.
         self.host_blocks: list[tuple] = []
         #: The problems a scenario injected, as it reports them.
@@ -38,12 +58,21 @@ class GroundTruth:
 
     def column(self, field_name: str) -> list[Any]:
         """One TASK_FIELDS column, in finish order."""
-        return self.tasks[TASK_FIELDS.index(field_name)::len(TASK_FIELDS)]
+        i = TASK_FIELDS.index(field_name)
+        if not self.tasks:
+            return []
+        # A view for as long as this line runs: the buffer may grow again afterwards.
+        values = np.frombuffer(self.tasks, dtype=np.int64)[i::len(TASK_FIELDS)].tolist()
+        if field_name in TEXT_FIELDS:
+            texts = list(self.codes)
+            return [texts[v] for v in values]
+        if field_name == "record":
+            return [None if v == NO_RECORD else v for v in values]
+        return values
 
     def task_rows(self) -> list[tuple]:
         """Ground truth per finished task, as tuples in TASK_FIELDS order (finish order)."""
-        w = len(TASK_FIELDS)
-        return list(zip(*(self.tasks[i::w] for i in range(w))))
+        return list(zip(*(self.column(c) for c in TASK_FIELDS)))
 
     def task_log(self) -> list[tuple]:
         """(name, stream, start_ns, end_ns) per finished task, in finish order."""
