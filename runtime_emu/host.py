@@ -43,7 +43,7 @@ def runtime_of_current_thread() -> "Runtime | None":
 
 class HostThread:
     __slots__ = ("glet", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name",
-                 "busy_from")
+                 "busy_from", "named")
 
     def __init__(self, glet: Any, tid: int, clock: int, rank: int = 0) -> None:
         self.glet = glet
@@ -58,6 +58,7 @@ class HostThread:
         self.step: int | None = None
         self.name = f"Thread {tid}"
         self.busy_from = clock  # the clock when the thread's latest runtime call began
+        self.named = False  # its track's name is recorded (at its first runtime call)
 
 
 class Coordinator:

@@ -168,9 +168,8 @@ class Runtime:
             raise AclError(E.ACL_ERROR_UNINITIALIZE, "the runtime was finalized; call acl.init() again")
         th = self.coord.current()
         self.coord.enter(th)
-        key = (th.rank, th.tid)
-        if key not in self._step_next:
-            self._step_next[key] = 0
+        if not th.named:
+            th.named = True
             self.recorder.name_thread(th.rank, host_pid(th.rank), th.tid, th.name)
         return th
 
@@ -290,8 +289,9 @@ class Runtime:
     def step(self) -> Iterator[int]:
         """Mark one training/inference iteration (recorded as `ProfilerStep#N`)."""
         th = self._enter()
-        n = self._step_next[(th.rank, th.tid)]
-        self._step_next[(th.rank, th.tid)] = n + 1
+        key = (th.rank, th.tid)
+        n = self._step_next.get(key, 0)
+        self._step_next[key] = n + 1
         t0 = th.clock
         outer, th.step = th.step, n
         self.open_steps.append(t0)
