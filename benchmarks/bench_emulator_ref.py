@@ -42,7 +42,10 @@ warm-up of both so imports and first calls do not count):
 
   * SimPy        ``simpy.Environment()`` .. ``env.run()`` returns (simulation + recording);
   * runtime_emu  ``acl.init()`` .. ``acl.rt.synchronize_device()`` returns, and
-                 .. ``acl.finalize()`` returns (end to end: + the trace table).
+                 .. ``acl.finalize()`` returns (end to end: + the trace table); also printed,
+                 without a target: ``acl.init()`` .. the last launch returns, and how many
+                 garbage collections ran meanwhile (a host far ahead of the device used to
+                 leave an object per queued launch for them to walk).
 
 Target (reported PASS/MISS; the exit code is 0 either way, this is a measurement):
 runtime_emu tasks/s end to end (init .. finalize, recording on) >= 5x SimPy's tasks/s.
@@ -149,14 +152,17 @@ def emu_timed(durations: list[int], streams: int, preset: Preset) -> dict:
     acl.rt.set_device(0)
     handles = [acl.rt.create_stream() for _ in range(streams)]
     launch = acl.rt.launch_kernel
+    collections = sum(g["collections"] for g in gc.get_stats())
     for i, ns in enumerate(durations):
         launch(kernels[ns], 1, handles[i % streams])
+    t_launched = time.perf_counter()
+    collections = sum(g["collections"] for g in gc.get_stats()) - collections
     acl.rt.synchronize_device()
     t_sync = time.perf_counter()
     res = acl.finalize()
     t_end = time.perf_counter()
-    out = {"sync_s": t_sync - t0, "finalize_s": t_end - t0, "log": rt.task_log, "rows": len(res.trace),
-           "stream_ids": [h.id for h in handles]}
+    out = {"launch_s": t_launched - t0, "launch_gc_collections": collections, "sync_s": t_sync - t0,
+           "finalize_s": t_end - t0, "log": rt.task_log, "rows": len(res.trace), "stream_ids": [h.id for h in handles]}
     # acl keeps the last runtime as its current one; an empty program replaces it, so the
     # finished run's objects are not still alive (and scanned by the GC) while SimPy is timed.
     del rt, res
@@ -245,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{tuple(d['runtime_emu'])}[/]")
 
     durations = make_durations(n, args.seed)
-    sim_s, sync_s, fin_s = [], [], []
+    sim_s, launch_s, sync_s, fin_s = [], [], [], []
     sim_log = array("q")
     emu: dict = {}
     for i in range(args.repeat):
@@ -256,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         sim_s.append(t)
         with console.status(f"run {i + 1}/{args.repeat}: runtime_emu, {n:,} tasks ..."):
             emu = emu_timed(durations, streams, preset)
+        launch_s.append(emu["launch_s"])
         sync_s.append(emu["sync_s"])
         fin_s.append(emu["finalize_s"])
     timed_check = compare(durations, streams, unpack(sim_log), emu)
@@ -276,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_row("same schedule", "", f"max |d| {timed_check['max_abs_ns']} ns",
               f"{timed_check['tasks_differing']} differ", "0", verdict(timed_check["same"], "SAME", "DIFF"))
     console.print(t)
-    console.print(f"runtime_emu finalize() {best_fin - best_sync:.3f} s ({emu['rows']:,} trace rows); timed run "
-                  f"{describe_check(timed_check)}", highlight=False)
+    console.print(f"runtime_emu: init .. the last launch {min(launch_s):.3f} s (garbage collections meanwhile: "
+                  f"{emu['launch_gc_collections']}), finalize() {best_fin - best_sync:.3f} s ({emu['rows']:,} trace "
+                  f"rows); timed run {describe_check(timed_check)}", highlight=False)
     summary = (f"SUMMARY ({core} core): runtime_emu init..finalize {ratio_fin:.2f}x SimPy tasks/s "
                f"({'PASS' if ratio_fin >= TARGET_SPEEDUP else 'MISS'} >= {TARGET_SPEEDUP:g}x), "
                f"{ratio_sync:.2f}x up to synchronize; schedules "
@@ -296,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             "schedule_check": check,
             "timed_run_check": timed_check,
             "simpy_s": best_sim, "simpy_all_s": sim_s, "simpy_tasks_per_s": sim_rate,
+            "emu_launch_s": min(launch_s), "emu_launch_all_s": launch_s,
+            "emu_launch_gc_collections": emu["launch_gc_collections"],
             "emu_sync_s": best_sync, "emu_sync_all_s": sync_s, "emu_sync_tasks_per_s": sync_rate,
             "emu_finalize_s": best_fin, "emu_finalize_all_s": fin_s, "emu_finalize_tasks_per_s": fin_rate,
             "emu_trace_rows": emu["rows"],
