@@ -231,6 +231,8 @@ static inline char *lit(char *q, const char *text, size_t n) {
     return q + n;
 }
 #define LIT(q, text) lit((q), (text), sizeof(text) - 1)
+/* A JSON member whose value is an integer: the literal text before it, then the number. */
+#define MEMBER(q, text, v) num(LIT((q), text), (v))
 
 static inline char *text(char *q, Text t) {
     memcpy(q, t.p, (size_t)t.n);
@@ -310,35 +312,28 @@ static void task_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
     if (!q) return;
     q = LIT(q, "{\"Task Type\":\"");
     q = text(q, c->str[f[8]]);
-    q = LIT(q, "\",\"Stream Id\":");
-    q = num(q, (int32_t)f[3]);
-    q = LIT(q, ",\"Task Id\":");
-    q = num(q, f[9]);
+    q = MEMBER(q, "\",\"Stream Id\":", (int32_t)f[3]);
+    q = MEMBER(q, ",\"Task Id\":", f[9]);
     switch (kind) {
     case K_KERNEL:
-        q = LIT(q, ",\"Block Dim\":");
-        q = num(q, f[10]);
-        q = LIT(q, ",\"Waves\":");
-        q = num(q, f[11]);
+        q = MEMBER(q, ",\"Block Dim\":", f[10]);
+        q = MEMBER(q, ",\"Waves\":", f[11]);
         q = LIT(q, ",\"OP Type\":\"");
         q = text(q, tail);
         q = LIT(q, "\"}");
         break;
     case K_MEMCPY:
-        q = LIT(q, ",\"size(Byte)\":");
-        q = num(q, f[12]);
+        q = MEMBER(q, ",\"size(Byte)\":", f[12]);
         q = LIT(q, ",\"Copy Kind\":\"");
         q = text(q, tail);
         q = LIT(q, "\"}");
         break;
     case K_MEMSET:
-        q = LIT(q, ",\"size(Byte)\":");
-        q = num(q, f[12]);
+        q = MEMBER(q, ",\"size(Byte)\":", f[12]);
         q = LIT(q, "}");
         break;
     default: /* a wait or a record */
-        q = LIT(q, ",\"Event Id\":");
-        q = num(q, f[14]);
+        q = MEMBER(q, ",\"Event Id\":", f[14]);
         q = LIT(q, "}");
     }
     send(c, pt, 1, i, q);
@@ -376,29 +371,23 @@ static void api_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
     Text why = c->str[blocked];
     char *q = sbegin(pt, 1, ROOM + (size_t)why.n);
     if (!q) return;
-    q = LIT(q, "{\"Thread Id\":");
-    q = num(q, f[2]);
+    q = MEMBER(q, "{\"Thread Id\":", f[2]);
     if (f[8] != NUL) {
-        q = LIT(q, ",\"Stream Id\":");
-        q = num(q, f[8]);
+        q = MEMBER(q, ",\"Stream Id\":", f[8]);
     }
     if (f[12] != NUL) {
-        q = LIT(q, ",\"Block Dim\":");
-        q = num(q, f[12]);
+        q = MEMBER(q, ",\"Block Dim\":", f[12]);
     }
     if (f[14] != NUL) {
         q = LIT(q, ",\"Blocked\":\"");
         q = text(q, why);
-        q = LIT(q, "\",\"Blocked (ns)\":");
-        q = num(q, f[14]);
+        q = MEMBER(q, "\",\"Blocked (ns)\":", f[14]);
     }
     if (f[15] != NUL) {
-        q = LIT(q, ",\"Src Addr\":");
-        q = num(q, f[15]);
+        q = MEMBER(q, ",\"Src Addr\":", f[15]);
     }
     if (f[16] != NUL) {
-        q = LIT(q, ",\"Dst Addr\":");
-        q = num(q, f[16]);
+        q = MEMBER(q, ",\"Dst Addr\":", f[16]);
     }
     q = LIT(q, "}");
     send(c, pt, 1, i, q);
@@ -454,8 +443,7 @@ static void counter_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
     if (!q) return;
     q = LIT(q, "{\"");
     q = text(q, unit);
-    q = LIT(q, "\":");
-    q = num(q, f[4]);
+    q = MEMBER(q, "\":", f[4]);
     q = LIT(q, "}");
     send(c, pt, 1, i, q);
     snull(c, pt, 2, i);
@@ -516,6 +504,7 @@ static void *write_part(void *arg) {
 /* ------------------------------------------------------------------ the order */
 
 /* Calls BODY with r (rank) and t (ts) of every row, in recording order (p its position). */
+static const int KEY_WIDTH[4] = {W_TASK, W_API, W_FLOW, W_COUNTER}, KEY_TS[4] = {4, 4, 2, 3};
 #define EACH_KEY(c, BODY)                                                                          \
     do {                                                                                           \
         int64_t p = 0, r, t;                                                                       \
@@ -523,21 +512,14 @@ static void *write_part(void *arg) {
             r = (c)->full[j].v[C_RANK], t = (c)->full[j].v[C_TS];                                  \
             BODY;                                                                                  \
         }                                                                                          \
-        for (int64_t j = 0; j < (c)->task.n; j++, p++) {                                           \
-            r = (c)->task.d[j * W_TASK], t = (c)->task.d[j * W_TASK + 4];                          \
-            BODY;                                                                                  \
-        }                                                                                          \
-        for (int64_t j = 0; j < (c)->api.n; j++, p++) {                                            \
-            r = (c)->api.d[j * W_API], t = (c)->api.d[j * W_API + 4];                              \
-            BODY;                                                                                  \
-        }                                                                                          \
-        for (int64_t j = 0; j < (c)->flow.n; j++, p++) {                                           \
-            r = (c)->flow.d[j * W_FLOW], t = (c)->flow.d[j * W_FLOW + 2];                          \
-            BODY;                                                                                  \
-        }                                                                                          \
-        for (int64_t j = 0; j < (c)->counter.n; j++, p++) {                                        \
-            r = (c)->counter.d[j * W_COUNTER], t = (c)->counter.d[j * W_COUNTER + 3];              \
-            BODY;                                                                                  \
+        const Src *packed_[4] = {&(c)->task, &(c)->api, &(c)->flow, &(c)->counter};               \
+        for (int s_ = 0; s_ < 4; s_++) {                                                           \
+            const int64_t *d_ = packed_[s_]->d;                                                    \
+            int64_t w_ = KEY_WIDTH[s_], x_ = KEY_TS[s_];                                           \
+            for (int64_t j = 0; j < packed_[s_]->n; j++, p++) {                                    \
+                r = d_[j * w_], t = d_[j * w_ + x_];                                               \
+                BODY;                                                                              \
+            }                                                                                      \
         }                                                                                          \
     } while (0)
 
