@@ -968,7 +968,50 @@ static PyObject *build(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ------------------------------------------------------------------ recording */
+
+/* append_row(buf, width, *values): `width` int64 fields appended to the bytearray `buf`, as
+ * `buf += struct.pack(f"{width}q", *values)` does, without the bytes object in between. */
+static PyObject *append_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || !PyByteArray_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "append_row(buf: bytearray, width, *values)");
+        return NULL;
+    }
+    Py_ssize_t width = PyLong_AsSsize_t(args[1]);
+    if (width == -1 && PyErr_Occurred()) return NULL;
+    if (width != nargs - 2) {
+        PyErr_Format(PyExc_ValueError, "append_row: a row of %zd fields needs %zd values, got %zd", width, width,
+                     nargs - 2);
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    Py_ssize_t at = PyByteArray_GET_SIZE(buf), need = at + 8 * width;
+    if (PyByteArray_Resize(buf, need) < 0) return NULL;
+    char *out = PyByteArray_AS_STRING(buf) + at;
+    for (Py_ssize_t k = 0; k < width; k++) {
+        PyObject *o = args[k + 2];
+        long long v = -1;
+        if (!PyLong_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "append_row: field %zd is %.100s, not an int", k, Py_TYPE(o)->tp_name);
+        } else {
+            v = PyLong_AsLongLong(o);
+        }
+        if (v == -1 && PyErr_Occurred()) {  /* a bad value appends nothing */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyByteArray_Resize(buf, at);
+            PyErr_Restore(type, value, tb);
+            return NULL;
+        }
+        int64_t x = (int64_t)v;
+        memcpy(out + 8 * k, &x, 8);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"append_row", (PyCFunction)(void (*)(void))append_row, METH_FASTCALL,
+     "append_row(buf, width, *values): width int64 fields appended to the bytearray buf"},
     {"build", build, METH_VARARGS,
      "build(tasks, apis, flows, counters, rows, strings, quoted, fixed, units, workers): the trace table's "
      "columns as Arrow buffers, or None when the Arrow build must decide"},

@@ -136,8 +136,8 @@ NULL_STEP: Final = -1
 #: gets to it (Dispatch.advance), so a host that runs far ahead of the device leaves packed
 #: bytes in the queues instead of a Task object per launch, which the garbage collector would
 #: walk again and again (a third of a 400k-launch loop's time went to that).
-LAUNCH: Final = struct.Struct("6q")
-LAUNCH_ROW: Final = LAUNCH.pack
+LAUNCH_W: Final = 6
+LAUNCH: Final = struct.Struct(f"{LAUNCH_W}q")
 LAUNCH_BYTES: Final = LAUNCH.size
 LAUNCH_READ: Final = LAUNCH.unpack_from
 

@@ -11,7 +11,7 @@ handed to the row encoder and, when the trace streams out, to the cut policy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from runtime_emu import errors as E
 from runtime_emu.device import (
@@ -19,7 +19,7 @@ from runtime_emu.device import (
     KERNEL,
     LAUNCH_BYTES,
     LAUNCH_READ,
-    LAUNCH_ROW,
+    LAUNCH_W,
     MEMCPY,
     MEMSET,
     NULL_STEP,
@@ -31,15 +31,17 @@ from runtime_emu.device import (
 )
 from runtime_emu.engine import Engine
 from runtime_emu.errors import AclError
-from runtime_emu.ground_truth import NO_RECORD, GroundTruth
-from runtime_emu.ground_truth import TASK_ROW as TRUTH_ROW
+from runtime_emu.ground_truth import NO_RECORD, TASK_FIELDS, GroundTruth
 from runtime_emu.host import Coordinator, HostThread
 from runtime_emu.links import Network
-from runtime_emu.recorder import Recorder
+from runtime_emu.recorder import Recorder, append_row
 from runtime_emu.rows import Rows
 
 if TYPE_CHECKING:
     from runtime_emu.cuts import CutPolicy
+
+#: Fields of a ground-truth row.
+TRUTH_W: Final = len(TASK_FIELDS)
 
 
 class Dispatch:
@@ -116,7 +118,8 @@ class Dispatch:
         self.rows.launched_as(th, stream, corr, step, 0, queue_blocked, "aclrtLaunchKernel", t0, "launch", blocks,
                               True, None, None, pending)
         arrive = clock + self.dispatch_latency_ns
-        stream.launches += LAUNCH_ROW(blocks, corr, t0, NULL_STEP if step is None else step, arrive, queue_blocked)
+        append_row(stream.launches, LAUNCH_W, blocks, corr, t0, NULL_STEP if step is None else step, arrive,
+                   queue_blocked)
         queue = stream.queue
         queue.append(kernel)
         if not stream.busy and len(queue) == 1:
@@ -249,10 +252,9 @@ class Dispatch:
         dev = stream.device
         if self.keep_truth:
             codes = self.truth_codes
-            self.truth += TRUTH_ROW(task.corr, dev.rank, dev.id, stream.id, codes[task.kind], codes[task.name],
-                                    task.launch_ns, task.arrive_ns, task.ready_ns, task.start_ns, now,
-                                    codes[task.cause], codes[task.producer], task.queue_blocked_ns,
-                                    record if record else NO_RECORD)
+            append_row(self.truth, TRUTH_W, task.corr, dev.rank, dev.id, stream.id, codes[task.kind],
+                       codes[task.name], task.launch_ns, task.arrive_ns, task.ready_ns, task.start_ns, now,
+                       codes[task.cause], codes[task.producer], task.queue_blocked_ns, record if record else NO_RECORD)
         self.rows.task_finished(task, now, stream.pending)
         self.advance(stream)
         cuts = self.cuts

@@ -8,7 +8,6 @@ thread leaves why. Scenarios add the problems they injected. This goes to
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Final
 
 import numpy as np
@@ -21,10 +20,10 @@ TASK_FIELDS = ("corr", "rank", "device", "stream", "kind", "name", "launch_ns", 
                "end_ns", "cause", "producer", "queue_blocked_ns", "record")
 #: TASK_FIELDS holding text: kept as codes into GroundTruth.codes.
 TEXT_FIELDS: Final = frozenset(("kind", "name", "cause", "producer"))
-#: A task's TASK_FIELDS as one packed row of int64s (texts as codes, no record as NO_RECORD):
-#: a row costs less to add than 15 references and their ints to a list, and the list was the
-#: one large object the garbage collector walked at every full collection.
-TASK_ROW: Final = struct.Struct(f"{len(TASK_FIELDS)}q").pack
+#: A task's TASK_FIELDS go into GroundTruth.tasks as one row of int64s (texts as codes, no
+#: record as NO_RECORD; the dispatcher appends it): a row costs less to add than 15 references
+#: and their ints to a list, and the list was the one large object the garbage collector walked
+#: at every full collection.
 NO_RECORD: Final = -1
 #: The fields recorded per host block: a call that held its thread (full queue, copy, synchronize).
 HOST_BLOCK_FIELDS = ("rank", "thread", "start_ns", "end_ns", "reason", "stream", "corr")
@@ -47,7 +46,7 @@ class GroundTruth:
         #: False: nothing is kept per task, host block or collective (a large run streamed to
         #: Parquet, whose memory must not grow with its length); the document has empty lists.
         self.keep = keep
-        #: TASK_FIELDS values per finished task as TASK_ROW rows, in finish order.
+        #: TASK_FIELDS values per finished task as int64 rows, in finish order.
         self.tasks = bytearray()
         #: text -> code of the text fields (a new text gets the next code).
         self.codes = TextCodes()

@@ -8,9 +8,10 @@ built. Rare rows (metadata, memory instants, steps) are full rows in the table's
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Callable, Final
 
 import numpy as np
 
@@ -73,18 +74,40 @@ API_W: Final = 17
 FLOW_W: Final = 9
 COUNTER_W: Final = 9
 NULL: Final = -1  # stands for a missing value in the numeric buffers (all real values are >= 0)
-#: One row of each buffer as bytes (native int64s): `buf += TASK_ROW(*fields)`. Packing costs
+#: A row goes into its buffer as native int64s: `append_row(buf, TASK_W, *fields)`. That costs
 #: less than a tuple appended to a list and converted at the end, the buffer is one flat block
 #: the garbage collector never walks, and it becomes a numpy array without a copy.
-TASK_ROW: Final = struct.Struct(f"{TASK_W}q").pack
-API_ROW: Final = struct.Struct(f"{API_W}q").pack
-FLOW_ROW: Final = struct.Struct(f"{FLOW_W}q").pack
-COUNTER_ROW: Final = struct.Struct(f"{COUNTER_W}q").pack
+_PACKERS: dict[int, Callable[..., bytes]] = {}
+
+
+def _packed_append(buf: bytearray, width: int, *values: int) -> None:
+    """append_row through struct (the native module's append_row writes the same bytes without
+    the bytes object in between: a third of a kernel launch's instructions went to packing)."""
+    pack = _PACKERS.get(width)
+    if pack is None:
+        pack = _PACKERS[width] = struct.Struct(f"{width}q").pack
+    if len(values) != width:
+        raise ValueError(f"append_row: a row of {width} fields needs {width} values, got {len(values)}")
+    buf += pack(*values)
+
+
+def _append_function() -> Callable[..., None]:
+    if os.environ.get("MSPROF_PY_PURE") == "1":
+        return _packed_append
+    try:
+        from runtime_emu import _rowtable  # type: ignore[attr-defined]
+    except ImportError:
+        return _packed_append
+    return _rowtable.append_row  # type: ignore[no-any-return]
+
+
+#: append_row(buf, width, *values): `width` int64 fields appended to the bytearray `buf`.
+append_row: Final = _append_function()
 
 
 @dataclass
 class Recorder:
-    """Row buffers. The frequent row types are packed int64 rows (`buf += TASK_ROW(...)`),
+    """Row buffers. The frequent row types are packed int64 rows (`append_row(buf, TASK_W, ...)`),
     strings replaced by codes from `code()`; each buffer becomes a column block without a copy."""
 
     switches: Switches = field(default_factory=Switches)

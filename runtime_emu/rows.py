@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from runtime_emu.device import KERNEL, MEMCPY, MEMSET, RECORD, WAIT, Device, Stream, Task
 from runtime_emu.links import Link
 from runtime_emu.recorder import (
-    API_ROW,
-    COUNTER_ROW,
-    FLOW_ROW,
+    API_W,
+    COUNTER_W,
+    FLOW_W,
     HOST_PID_BASE,
     K_KERNEL,
     K_MEMCPY,
@@ -24,11 +24,12 @@ from runtime_emu.recorder import (
     K_WAIT,
     LINKS_PID,
     NULL,
-    TASK_ROW,
+    TASK_W,
     U_BYTES,
     U_DEPTH,
     Recorder,
     Switches,
+    append_row,
     host_pid,
 )
 
@@ -69,7 +70,7 @@ class Rows:
             return
         dev = th.device
         strings = self.recorder.strings
-        self.recorder.apis += API_ROW(
+        append_row(self.recorder.apis, API_W, 
             th.rank, HOST_PID_BASE + th.rank, th.tid, strings[name], t0, th.clock - t0, strings[kind],
             NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
             NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks,
@@ -95,10 +96,10 @@ class Rows:
                          "queue full" if queue_blocked_ns > 0 else None, queue_blocked_ns, src, dst)
             if sw.task_time:
                 rank = th.rank
-                self.recorder.flows += FLOW_ROW(rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
+                append_row(self.recorder.flows, FLOW_W, rank, 0, t0, HOST_PID_BASE + rank, th.tid, corr, dev.id, stream.id,
                                                 NULL if step is None else step)
         if sw.task_time and self.queue_depth_counters:
-            self.recorder.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, th.clock, pending, U_DEPTH, dev.id,
+            append_row(self.recorder.counters, COUNTER_W, dev.rank, dev.pid, stream.qcode, th.clock, pending, U_DEPTH, dev.id,
                                                   stream.id, NULL)
 
     def held(self, th: HostThread, api: str, t0: int, kind: str, task: Task, reason: str, waited_ns: int,
@@ -182,13 +183,13 @@ class Rows:
         rec = self.recorder
         code = rec.code
         step = NULL if th.step is None else th.step
-        rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory used"), th.clock, dev.memory.used_bytes,
+        append_row(rec.counters, COUNTER_W, dev.rank, dev.pid, code("Device memory used"), th.clock, dev.memory.used_bytes,
                                     U_BYTES, dev.id, NULL, step)
         cache = dev.caching
         if cache is not None:
-            rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory allocated"), th.clock,
+            append_row(rec.counters, COUNTER_W, dev.rank, dev.pid, code("Device memory allocated"), th.clock,
                                         cache.allocated_bytes, U_BYTES, dev.id, NULL, step)
-            rec.counters += COUNTER_ROW(dev.rank, dev.pid, code("Device memory reserved"), th.clock,
+            append_row(rec.counters, COUNTER_W, dev.rank, dev.pid, code("Device memory reserved"), th.clock,
                                         cache.reserved_bytes, U_BYTES, dev.id, NULL, step)
 
     # ---------------------------------------------------------------- device side
@@ -198,7 +199,7 @@ class Rows:
         if sw.task_time and sw.runtime_api and task.kind is not RECORD and task.kind is not WAIT:
             stream = task.stream
             dev = stream.device
-            self.recorder.flows += FLOW_ROW(dev.rank, 1, now, dev.pid, stream.id, task.corr, dev.id, stream.id,
+            append_row(self.recorder.flows, FLOW_W, dev.rank, 1, now, dev.pid, stream.id, task.corr, dev.id, stream.id,
                                             NULL if task.step is None else task.step)
 
     def task_finished(self, task: Task, end: int, pending: int) -> None:
@@ -209,7 +210,7 @@ class Rows:
         if self.queue_depth_counters:
             stream = task.stream
             dev = stream.device
-            self.recorder.counters += COUNTER_ROW(dev.rank, dev.pid, stream.qcode, end, pending, U_DEPTH, dev.id,
+            append_row(self.recorder.counters, COUNTER_W, dev.rank, dev.pid, stream.qcode, end, pending, U_DEPTH, dev.id,
                                                   stream.id, NULL)
 
     def task(self, task: Task, end: int) -> None:
@@ -225,7 +226,7 @@ class Rows:
             strings = rec.strings
             type_code = strings[k.task_type or ("AI_CORE" if k.core == "cube" else "AI_VECTOR_CORE")]
             start = task.start_ns
-            rec.tasks += TASK_ROW(dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
+            append_row(rec.tasks, TASK_W, dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
                                   type_code, task.corr, task.blocks, task.waves, NULL, strings[k.op_type or task.name],
                                   NULL,
                                   NULL if task.step is None else task.step)
@@ -245,7 +246,7 @@ class Rows:
             task.extra.record(self, task, end)
             return
         kcode, ttype, blocks, waves, nbytes, copy_kind, event_id = row
-        rec.tasks += TASK_ROW(dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
+        append_row(rec.tasks, TASK_W, dev.rank, dev.id, dev.pid, stream.id, task.start_ns, end - task.start_ns,
                               code(task.name), kcode, ttype, task.corr, blocks, waves, nbytes, copy_kind,
                               event_id, NULL if task.step is None else task.step)
 

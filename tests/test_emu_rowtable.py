@@ -270,3 +270,33 @@ def test_the_build_used_follows_the_switch(monkeypatch):
     assert tables.state() == "Arrow; MSPROF_PY_PURE=1"
     monkeypatch.delenv("MSPROF_PY_PURE")
     assert tables.state() == "native"
+
+
+# ------------------------------------------------------------------ recording rows
+def test_append_row_writes_what_struct_writes():
+    from runtime_emu import recorder
+
+    rng = random.Random(5)
+    native, packed = bytearray(), bytearray()
+    for _ in range(200):
+        width = rng.choice((1, 6, 9, 15, 16, 17, 70))
+        values = [rng.choice((0, -1, 1, rng.randrange(-(1 << 63), 1 << 63))) for _ in range(width)]
+        NATIVE.append_row(native, width, *values)
+        recorder._packed_append(packed, width, *values)
+    assert native == packed and len(native) % 8 == 0
+    assert recorder.append_row is NATIVE.append_row  # the recorder uses it
+
+
+@pytest.mark.parametrize("width, values, error", [
+    (3, (1, 2), ValueError), (2, (1, 2, 3), ValueError), (1, (1 << 63,), OverflowError), (2, (1, None), TypeError),
+    (2, (1, 2.5), TypeError), (-1, (), ValueError)])
+def test_append_row_refuses_a_bad_row_and_appends_nothing(width, values, error):
+    from runtime_emu import recorder
+
+    for append in (NATIVE.append_row, recorder._packed_append):
+        buf = bytearray(b"12345678")
+        with pytest.raises(error if append is NATIVE.append_row else Exception):
+            append(buf, width, *values)
+        assert buf == b"12345678"
+    with pytest.raises(TypeError):
+        NATIVE.append_row(b"bytes are not a bytearray", 1, 1)
