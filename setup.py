@@ -19,7 +19,8 @@ JSON importer's native scanner of the event array. The same switch governs it; w
 built, imports use the msgspec decoder (the same tables, about half the speed), and
 ``msprof-py --version`` says which one runs. ``runtime_emu/_rowtable.c`` is another: the native
 build of the emulator's trace table from its row buffers; without it the Arrow build in
-``runtime_emu/tables.py`` makes the same table, slower.
+``runtime_emu/tables.py`` makes the same table, slower. ``runtime_emu/_acl.c`` makes the acl
+functions native forwarders to the runtime's methods (Python closures without it).
 """
 
 from __future__ import annotations
@@ -67,13 +68,16 @@ WITHOUT_SCANNER = "the JSON importer without its native scanner"
 #: The emulator's native trace-table build.
 ROWTABLE = Extension("runtime_emu._rowtable", ["runtime_emu/_rowtable.c"], extra_compile_args=["-O2", "-pthread"],
                      extra_link_args=["-pthread"])
+#: The acl functions' native forwarders.
+FORWARDS = Extension("runtime_emu._acl", ["runtime_emu/_acl.c"], extra_compile_args=["-O2"])
 #: The plain C extensions, each optional on its own: what installs without it.
-PLAIN = {SCANNER.name: WITHOUT_SCANNER, ROWTABLE.name: "the emulator's trace table without its native build"}
+PLAIN = {SCANNER.name: WITHOUT_SCANNER, ROWTABLE.name: "the emulator's trace table without its native build",
+         FORWARDS.name: "the acl functions as Python wrappers"}
 
 
 def _all_extensions() -> list:
     # The plain ones first: a mypyc failure ends the build of the extensions after it.
-    return [] if MODE == "0" else [SCANNER, ROWTABLE, *_extensions()]
+    return [] if MODE == "0" else [SCANNER, ROWTABLE, FORWARDS, *_extensions()]
 
 
 def _extensions() -> list:
