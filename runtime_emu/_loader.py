@@ -19,6 +19,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 _PACKAGE = __name__.rpartition(".")[0]
@@ -31,6 +32,18 @@ COMPILED = ("engine", "links", "device", "host", "recorder", "rows", "dispatch",
 SPEEDUP = 4
 #: Why the pure-Python modules run, as `choose()` decided; None while the compiled core is used.
 pure_reason: str | None = None
+
+
+def native(name: str) -> Any:
+    """The package's plain C extension `name` (`_rowtable`, `_acl`: each optional, built at install
+    when a C compiler is there), or None when it is not built or MSPROF_PY_PURE=1 runs the
+    pure-Python emulator; the caller then uses its Python code for the same job."""
+    if os.environ.get("MSPROF_PY_PURE") == "1":
+        return None
+    try:
+        return importlib.import_module(f"{_PACKAGE}.{name}")
+    except ImportError:
+        return None
 
 
 def compiled_modules(directory: Path = _HERE) -> list[str]:

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from runtime_emu import errors as _errors
+from runtime_emu._loader import native
 from runtime_emu.errors import AclError
 from runtime_emu.runtime import (
     MEMCPY_DEVICE_TO_DEVICE,
@@ -97,13 +98,8 @@ def finalize() -> EmuResult:
 
 def _native_forward() -> Any:
     """`_acl.Forward` (the compiled forwarder), or None when it is not built or MSPROF_PY_PURE=1."""
-    if os.environ.get("MSPROF_PY_PURE") == "1":
-        return None
-    try:
-        from runtime_emu._acl import Forward  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return Forward
+    module = native("_acl")
+    return None if module is None else module.Forward
 
 
 _Forward = _native_forward()

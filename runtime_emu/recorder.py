@@ -8,7 +8,6 @@ built. Rare rows (metadata, memory instants, steps) are full rows in the table's
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Final
@@ -16,6 +15,7 @@ from typing import Callable, Final
 import numpy as np
 
 from msprof_py.trace.schema import Trace, TraceMeta, arrow_schema
+from runtime_emu._loader import native
 
 #: Process ids: one host process per rank, one device process per (rank, device), one for links.
 HOST_PID_BASE: Final = 1_000_000
@@ -92,13 +92,8 @@ def _packed_append(buf: bytearray, width: int, *values: int) -> None:
 
 
 def _append_function() -> Callable[..., None]:
-    if os.environ.get("MSPROF_PY_PURE") == "1":
-        return _packed_append
-    try:
-        from runtime_emu import _rowtable  # type: ignore[attr-defined]
-    except ImportError:
-        return _packed_append
-    return _rowtable.append_row  # type: ignore[no-any-return]
+    module = native("_rowtable")
+    return _packed_append if module is None else module.append_row  # type: ignore[no-any-return]
 
 
 #: append_row(buf, width, *values): `width` int64 fields appended to the bytearray `buf`.

@@ -23,6 +23,7 @@ import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from msprof_py.trace.schema import COLUMN_NAMES, COLUMNS, canonical_dictionaries
+from runtime_emu._loader import native
 from runtime_emu.recorder import (
     _FIXED_CODES,
     _UNITS,
@@ -318,13 +319,7 @@ def _run_plan(plan: acero.Declaration) -> pa.Table:
 
 def native_module() -> Any:
     """The compiled table builder, or None when it is not built or MSPROF_PY_PURE=1."""
-    if os.environ.get("MSPROF_PY_PURE") == "1":
-        return None
-    try:
-        from runtime_emu import _rowtable  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _rowtable
+    return native("_rowtable")
 
 
 def state() -> str:

@@ -17,7 +17,7 @@ from runtime_emu import Kernel, Runtime, acl
 from runtime_emu.errors import AclError
 
 NATIVE = acl._Forward
-pytestmark = pytest.mark.skipif(NATIVE is None, reason="the acl forwarders are not compiled (no C compiler)")
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the acl forwarders are off (not compiled, or MSPROF_PY_PURE=1)")
 K = Kernel("Add", 1_000)
 
 

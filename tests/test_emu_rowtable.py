@@ -33,7 +33,7 @@ from runtime_emu.recorder import (
 )
 
 NATIVE = tables.native_module()
-pytestmark = pytest.mark.skipif(NATIVE is None, reason="the native table build is not compiled (no C compiler)")
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the native table build is off (not compiled, or MSPROF_PY_PURE=1)")
 SCHEMA = arrow_schema(TraceMeta())
 
 
