@@ -80,13 +80,7 @@ class Dispatch:
         that goes on holding its thread after the launch (a blocking copy) passes
         `record_api=False` and records the slice itself when it returns."""
         stream = task.stream
-        if stream.pending >= stream.capacity:
-            blocked_from = th.clock
-            self.coord.block(th, lambda: stream.pending < stream.capacity,
-                             f"queue of stream {stream.id} is full and nothing retires")
-            task.queue_blocked_ns = th.clock - blocked_from
-            if self.keep_truth:
-                self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, task.corr))
+        task.queue_blocked_ns = self._queue_space(th, stream, task.corr)
         clock = th.clock = th.clock + self.launch_overhead_ns
         task.launch_ns = t0
         task.step = th.step
@@ -94,24 +88,14 @@ class Dispatch:
         self.rows.launched(th, task, api, t0, kind, blocks, record_api, src, dst, pending)
         arrive = clock + self.dispatch_latency_ns
         task.arrive_ns = arrive
-        # A busy stream picks the task up when it gets to it; only an idle one needs waking.
-        stream.queue.append(task)
-        if not stream.busy and len(stream.queue) == 1:
-            self.engine.at(arrive, self._wake, stream)
+        self._enqueue(stream, task, arrive)
 
     def launch_kernel(self, th: HostThread, kernel: Kernel, blocks: int, stream: Stream, t0: int) -> int:
         """`launch` for a kernel, without a Task: the launch is packed into the stream's queue
         (see device.LAUNCH) and becomes a Task when the stream gets to it. Returns its corr."""
         self.corr += 1
         corr = self.corr
-        queue_blocked = 0
-        if stream.pending >= stream.capacity:
-            blocked_from = th.clock
-            self.coord.block(th, lambda: stream.pending < stream.capacity,
-                             f"queue of stream {stream.id} is full and nothing retires")
-            queue_blocked = th.clock - blocked_from
-            if self.keep_truth:
-                self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, corr))
+        queue_blocked = self._queue_space(th, stream, corr)
         clock = th.clock = th.clock + self.launch_overhead_ns
         step = th.step
         pending = stream.pending = stream.pending + 1
@@ -120,11 +104,28 @@ class Dispatch:
         arrive = clock + self.dispatch_latency_ns
         append_row(stream.launches, LAUNCH_W, blocks, corr, t0, NULL_STEP if step is None else step, arrive,
                    queue_blocked)
+        self._enqueue(stream, kernel, arrive)
+        return corr
+
+    def _queue_space(self, th: HostThread, stream: Stream, corr: int) -> int:
+        """Hold the host thread until the stream's queue has room for launch `corr`; the ns it
+        waited (0: there was room), kept as a host block in the ground truth."""
+        if stream.pending < stream.capacity:
+            return 0
+        blocked_from = th.clock
+        self.coord.block(th, lambda: stream.pending < stream.capacity,
+                         f"queue of stream {stream.id} is full and nothing retires")
+        if self.keep_truth:
+            self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, corr))
+        return th.clock - blocked_from
+
+    def _enqueue(self, stream: Stream, entry: Task | Kernel, arrive: int) -> None:
+        """Put a launch in the stream's queue. A busy stream picks it up when it gets to it; only
+        an idle one needs waking, when the launch arrives."""
         queue = stream.queue
-        queue.append(kernel)
+        queue.append(entry)
         if not stream.busy and len(queue) == 1:
             self.engine.at(arrive, self._wake, stream)
-        return corr
 
     # ---------------------------------------------------------------- device side
     def _wake(self, stream: Stream) -> None:

@@ -12,6 +12,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from runtime_emu.recorder import StringCodes
+
 #: The fields recorded per finished device task.
 #: `record` is the correlation id of an event record: for a wait, the record it captured (None:
 #: the event had none); for a task a wait held back (cause "event"), the record that wait waited
@@ -30,14 +32,6 @@ HOST_BLOCK_FIELDS = ("rank", "thread", "start_ns", "end_ns", "reason", "stream",
 SCHEMA = 1
 
 
-class TextCodes(dict):
-    """text -> code; a text seen for the first time gets the next code."""
-
-    def __missing__(self, text: str) -> int:
-        code = self[text] = len(self)
-        return code
-
-
 class GroundTruth:
     """What one run knows of its causes; the dispatcher and the API calls append to the lists."""
 
@@ -49,7 +43,7 @@ class GroundTruth:
         #: TASK_FIELDS values per finished task as int64 rows, in finish order.
         self.tasks = bytearray()
         #: text -> code of the text fields (a new text gets the next code).
-        self.codes = TextCodes()
+        self.codes = StringCodes()
         #: HOST_BLOCK_FIELDS tuples, in the order the blocks ended.
         self.host_blocks: list[tuple] = []
         #: The problems a scenario injected, as it reports them.

@@ -70,7 +70,7 @@ class Rows:
             return
         dev = th.device
         strings = self.recorder.strings
-        append_row(self.recorder.apis, API_W, 
+        append_row(self.recorder.apis, API_W,
             th.rank, HOST_PID_BASE + th.rank, th.tid, strings[name], t0, th.clock - t0, strings[kind],
             NULL if dev is None else dev.id, NULL if stream is None else stream.id, NULL if corr is None else corr,
             NULL if nbytes is None else nbytes, NULL if th.step is None else th.step, NULL if blocks is None else blocks,
