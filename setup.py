@@ -70,14 +70,17 @@ ROWTABLE = Extension("runtime_emu._rowtable", ["runtime_emu/_rowtable.c"], extra
                      extra_link_args=["-pthread"])
 #: The acl functions' native forwarders.
 FORWARDS = Extension("runtime_emu._acl", ["runtime_emu/_acl.c"], extra_compile_args=["-O2"])
+#: The emulator's event heap, core pools and kernel lifecycle in C.
+CORE = Extension("runtime_emu._core", ["runtime_emu/_core.c"], extra_compile_args=["-O2"])
 #: The plain C extensions, each optional on its own: what installs without it.
 PLAIN = {SCANNER.name: WITHOUT_SCANNER, ROWTABLE.name: "the emulator's trace table without its native build",
-         FORWARDS.name: "the acl functions as Python wrappers"}
+         FORWARDS.name: "the acl functions as Python wrappers",
+         CORE.name: "the emulator's engine and kernel lifecycle in (compiled) Python"}
 
 
 def _all_extensions() -> list:
     # The plain ones first: a mypyc failure ends the build of the extensions after it.
-    return [] if MODE == "0" else [SCANNER, ROWTABLE, FORWARDS, *_extensions()]
+    return [] if MODE == "0" else [SCANNER, ROWTABLE, FORWARDS, CORE, *_extensions()]
 
 
 def _extensions() -> list:

@@ -128,8 +128,8 @@ def _switches(task_time: OnOff | None, runtime_api: OnOff | None, hccl: OnOff | 
 
 
 def version_line() -> str:
-    """`msprof-py --version`: the package version, which emulator core runs, which build makes
-    its trace table and what scans JSON, since a pure-Python core (no C compiler at install, or a
+    """`msprof-py --version`: the package version, which emulator core runs, whether the C core
+    runs its engine and kernels, which build makes its trace table and what scans JSON, since a pure-Python core (no C compiler at install, or a
     source edited since) makes every emulated run slower, the Arrow table build takes about three
     times as long as the native one, and an import without the native scanner twice as long."""
     import warnings
@@ -137,12 +137,13 @@ def version_line() -> str:
     with warnings.catch_warnings():  # a stale core's import warning: the line below says it
         warnings.simplefilter("ignore")
         import runtime_emu
-        from runtime_emu import _loader, tables
+        from runtime_emu import _loader, engine, tables
 
     from msprof_py.trace import native
 
     core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
-    return f"{PROG} {__version__} (emulator core: {core}; trace build: {tables.state()}; JSON import: {native.state()})"
+    return (f"{PROG} {__version__} (emulator core: {core}; engine and kernels: {engine.state()}; "
+            f"trace build: {tables.state()}; JSON import: {native.state()})")
 
 
 def _print_version(value: bool) -> None:

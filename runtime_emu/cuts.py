@@ -85,6 +85,9 @@ class CutPolicy:
                     start = head.start_ns if isinstance(head, Task) else -1
                     if 0 <= start < w:
                         w = start
+        native = rt.dispatch.native
+        if native is not None:  # kernels the C core runs: their heads stay packed launches
+            w = native.earliest(w)
         for t0 in rt.open_steps:
             if t0 < w:
                 w = t0

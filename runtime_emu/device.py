@@ -267,8 +267,11 @@ class Device:
         self.id = device_id
         self.rank = rank
         self.preset = preset
-        self.pools = {"cube": CorePool(self, "cube", preset.cube_cores),
-                      "vector": CorePool(self, "vector", preset.vector_cores)}
+        native = rt.dispatch.native  # the C core's pools when it runs the kernels
+        self.pools: dict[str, Any] = {
+            "cube": CorePool(self, "cube", preset.cube_cores) if native is None else native.pool("cube", preset.cube_cores),
+            "vector": CorePool(self, "vector", preset.vector_cores) if native is None else
+            native.pool("vector", preset.vector_cores)}
         self.streams: dict[int, Stream] = {}
         self.events: dict[int, Event] = {}
         self.memory: Any = None  # DriverAllocator, set by the runtime

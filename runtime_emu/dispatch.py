@@ -11,9 +11,10 @@ handed to the row encoder and, when the trace streams out, to the cut policy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from runtime_emu import errors as E
+from runtime_emu._loader import native
 from runtime_emu.device import (
     COLLECTIVE,
     KERNEL,
@@ -29,12 +30,12 @@ from runtime_emu.device import (
     Stream,
     Task,
 )
-from runtime_emu.engine import Engine
+from runtime_emu.engine import Clock
 from runtime_emu.errors import AclError
 from runtime_emu.ground_truth import NO_RECORD, TASK_FIELDS, GroundTruth
 from runtime_emu.host import Coordinator, HostThread
 from runtime_emu.links import Network
-from runtime_emu.recorder import Recorder, append_row
+from runtime_emu.recorder import NULL, Recorder, append_row
 from runtime_emu.rows import Rows
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ TRUTH_W: Final = len(TASK_FIELDS)
 class Dispatch:
     """The device side of one emulated job: stream queues, task start and finish."""
 
-    def __init__(self, engine: Engine, net: Network, coord: Coordinator, rows: Rows, truth: GroundTruth,
+    def __init__(self, engine: Clock, net: Network, coord: Coordinator, rows: Rows, truth: GroundTruth,
                  launch_overhead_ns: int, dispatch_latency_ns: int) -> None:
         self.engine = engine
         self.net = net
@@ -67,6 +68,14 @@ class Dispatch:
         #: Set by the runtime when the trace streams out: cuts the recorder as tasks finish.
         self.cuts: CutPolicy | None = None
         self.corr = 0  # correlation id of the latest task
+        #: The kernel lifecycle in C (runtime_emu._core.Core: core pools, a packed launch's start,
+        #: finish and rows), when the engine is the C one; None: the Python code here and in
+        #: device.CorePool runs it.
+        self.native: Any = None
+        core = native("_core")
+        if core is not None and isinstance(engine, core.Engine):
+            self.native = core.Core(engine, self, self.recorder, self.truth, self.truth_codes, self.keep_truth,
+                                    rows.queue_depth_counters, Task)
 
     # ---------------------------------------------------------------- host side
     def new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
@@ -99,9 +108,16 @@ class Dispatch:
         clock = th.clock = th.clock + self.launch_overhead_ns
         step = th.step
         pending = stream.pending = stream.pending + 1
+        arrive = clock + self.dispatch_latency_ns
+        native = self.native
+        if native is not None:  # the same rows, packed launch and wake, written by the C core
+            rec, sw, dev = self.recorder, self.recorder.switches, th.device
+            native.launched(stream, kernel, rec.apis, rec.flows, rec.counters, sw.runtime_api, sw.task_time, th.rank,
+                            th.tid, NULL if dev is None else dev.id, NULL_STEP if step is None else step, corr, t0,
+                            clock, blocks, queue_blocked, pending, arrive)
+            return corr
         self.rows.launched_as(th, stream, corr, step, 0, queue_blocked, "aclrtLaunchKernel", t0, "launch", blocks,
                               True, None, None, pending)
-        arrive = clock + self.dispatch_latency_ns
         append_row(stream.launches, LAUNCH_W, blocks, corr, t0, NULL_STEP if step is None else step, arrive,
                    queue_blocked)
         self._enqueue(stream, kernel, arrive)
@@ -156,6 +172,9 @@ class Dispatch:
         if stream.busy or not stream.queue:
             return
         head = stream.queue[0]
+        if not isinstance(head, Task) and self.native is not None:
+            self.native.advance(stream)  # a packed kernel launch: the C core runs kernels
+            return
         task = head if isinstance(head, Task) else self._unpack(stream, head)
         now = self.engine.now
         if task.arrive_ns > now:  # launched, still on its way to the device

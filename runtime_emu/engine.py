@@ -13,10 +13,53 @@ pure-Python fallback runs the same loop, slower.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+import os
+from typing import Any, Callable, Final, Protocol
+
+from runtime_emu._loader import native
 
 #: Callbacks between two calls of Engine.pulse while a host thread waits (see run_while).
 PULSE_EVENTS: Final = 256
+
+
+class Clock(Protocol):
+    """What the emulator's components use of an engine: this module's `Engine`, or the same
+    engine in C (runtime_emu._core.Engine, which also runs the kernel lifecycle natively).
+    Components hold it through this protocol, so compiled code calls either one."""
+
+    now: int
+    pulse: Callable[[], None] | None
+
+    def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None: ...
+
+    def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None: ...
+
+    def next_time(self) -> int | None: ...
+
+    def step(self) -> None: ...
+
+    def run_until(self, t_ns: int) -> None: ...
+
+    def run_while(self, pending: Callable[[], bool]) -> bool: ...
+
+    def run(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+def state() -> str:
+    """For `msprof-py --version`: what runs the engine and the kernels' lifecycle."""
+    if native("_core") is not None:
+        return "native"
+    return "Python; MSPROF_PY_PURE=1" if os.environ.get("MSPROF_PY_PURE") == "1" else \
+        "Python; native core not compiled, reinstall with a C compiler"
+
+
+def new_engine() -> Clock:
+    """The C engine (runtime_emu._core, built at install) or, without it or with
+    MSPROF_PY_PURE=1, this module's."""
+    core = native("_core")
+    return Engine() if core is None else core.Engine()  # type: ignore[no-any-return]
 
 
 class _Pending:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime_emu.engine import Engine
+from runtime_emu.engine import Clock
 
 
 class Link:
@@ -60,7 +60,7 @@ class Flow:
 class Network:
     """All links and active flows of one emulation."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Clock) -> None:
         self.engine = engine
         self.flows: dict[Flow, None] = {}
 

@@ -36,7 +36,7 @@ from runtime_emu.api_streams import (
 from runtime_emu.cuts import CUT_TASK_ROWS, CutPolicy
 from runtime_emu.device import Device, Event, Stream
 from runtime_emu.dispatch import Dispatch
-from runtime_emu.engine import Engine
+from runtime_emu.engine import new_engine
 from runtime_emu.errors import AclError
 from runtime_emu.ground_truth import GroundTruth
 from runtime_emu.host import DONE, Coordinator, HostThread
@@ -81,7 +81,7 @@ class Runtime:
         long streamed run holds only what is still running, not a record of everything run."""
         self.seed = seed
         self.rng = random.Random(seed)
-        self.engine = Engine()
+        self.engine = new_engine()
         self.net = Network(self.engine)
         self.recorder = Recorder(switches or Switches())
         self.sw = self.recorder.switches

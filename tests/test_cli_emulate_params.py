@@ -186,15 +186,18 @@ def test_version_says_which_emulator_core_runs():
     scanner = "native scanner" if chrome._scan is not None else f"msgspec; {native.reason}"
     build = "native" if tables.native_module() is not None else \
         "Arrow; native build not compiled, reinstall with a C compiler"
-    assert result.stdout == f"msprof-py {__version__} (emulator core: {core}; trace build: {build}; JSON import: " \
-                            f"{scanner})\n"
+    kernels = "native" if _loader.native("_core") is not None else \
+        "Python; native core not compiled, reinstall with a C compiler"
+    assert result.stdout == f"msprof-py {__version__} (emulator core: {core}; engine and kernels: {kernels}; " \
+                            f"trace build: {build}; JSON import: {scanner})\n"
 
 
 def test_version_with_the_pure_core_forced():
     out = subprocess.run([sys.executable, "-m", "msprof_py.cli", "--version"], capture_output=True, text=True,
                          env={**os.environ, "MSPROF_PY_PURE": "1"}, timeout=120)
     assert (out.returncode, out.stdout) == (0, f"msprof-py {__version__} (emulator core: pure Python; "
-                                               f"MSPROF_PY_PURE=1; trace build: Arrow; MSPROF_PY_PURE=1; JSON "
+                                               f"MSPROF_PY_PURE=1; engine and kernels: Python; MSPROF_PY_PURE=1; "
+                                               f"trace build: Arrow; MSPROF_PY_PURE=1; JSON "
                                                f"import: {native.state()})\n")
 
 
