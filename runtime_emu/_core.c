@@ -813,6 +813,8 @@ static int core_advance(Core *c, PyObject *stream) {
     /* why it could not start earlier (dispatch.py's causes) */
     if (t->arrive >= s->last_end_ns) {
         t->cause = CAUSE_LAUNCH;
+    } else if (s->last_kind == S_kernel) { /* after a kernel (set here): neither a wait nor a copy */
+        t->cause = CAUSE_STREAM;
     } else {
         int is_wait = PyObject_RichCompareBool(s->last_kind, S_wait, Py_EQ);
         int is_copy = is_wait ? 0 : PyObject_RichCompareBool(s->last_kind, S_memcpy, Py_EQ);
@@ -1318,12 +1320,58 @@ static PyObject *core_advance_py(Core *c, PyObject *stream) {
  * flow start and queue depth rows (rows.Rows.launched_as), its packed launch in the stream's
  * queue (device.LAUNCH), and the stream woken when the launch arrives if it is idle. `device`:
  * the calling thread's device id (NULL: none); `step`: NULL for none. */
+static int launched(Core *c, PyObject *stream, PyObject *kernel, PyObject *apis, PyObject *flows, PyObject *counters,
+                    int record_api, int record_tasks, const int64_t *v) {
+    int64_t rank = v[0], tid = v[1], device = v[2], step = v[3], corr = v[4], t0 = v[5], clock = v[6],
+            blocks = v[7], queue_blocked = v[8], pending = v[9], arrive = v[10];
+    SInfo *s = stream_meta(c, stream);
+    if (s == NULL) return -1;
+    if (record_api) {
+        if (c->launch_api < 0) { /* codes in rows.Rows.api's order: name, kind */
+            if ((c->launch_api = code_of(c->codes, S_launch_api)) < 0) return -1;
+            if ((c->launch_kind = code_of(c->codes, S_launch_kind)) < 0) return -1;
+        }
+        int64_t blocked = NUL;
+        if (queue_blocked > 0) {
+            if (c->queue_full < 0 && (c->queue_full = code_of(c->codes, S_queue_full)) < 0) return -1;
+            blocked = c->queue_full;
+        }
+        int64_t row[17] = {rank, 1000000 + rank, tid, c->launch_api, t0, clock - t0, c->launch_kind, device, s->id, corr,
+                           NUL, step, blocks, blocked, queue_blocked > 0 ? queue_blocked : NUL, NUL, NUL};
+        if (append(apis, row, 17) < 0) return -1;
+        if (record_tasks) {
+            int64_t flow[W_FLOW] = {rank, 0, t0, 1000000 + rank, tid, corr, s->dev_id, s->id, step};
+            if (append(flows, flow, W_FLOW) < 0) return -1;
+        }
+    }
+    if (record_tasks && c->queue_depth) {
+        int64_t row[W_COUNTER] = {s->rank, s->pid, s->qcode, clock, pending, 0, s->dev_id, s->id, NUL};
+        if (append(counters, row, W_COUNTER) < 0) return -1;
+    }
+    int64_t packed[W_LAUNCH] = {blocks, corr, t0, step, arrive, queue_blocked};
+    if (append(s->launches, packed, W_LAUNCH) < 0) return -1;
+    PyObject *r = PyObject_CallOneArg(s->append, kernel);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    /* a busy stream picks the launch up when it gets to it; only an idle one needs waking */
+    int busy;
+    if (get_bool(stream, S_busy, &busy)) return -1;
+    if (!busy) {
+        Py_ssize_t n = PyObject_Size(s->queue);
+        if (n < 0) return -1;
+        if (n == 1) {
+            Engine *e = c->engine;
+            if (heap_push(e, arrive < e->now ? e->now : arrive, (PyObject *)c, stream, OP_WAKE, 0, 0) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *core_launched(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 18) {
         PyErr_SetString(PyExc_TypeError, "launched() takes 18 arguments");
         return NULL;
     }
-    PyObject *stream = args[0], *kernel = args[1], *apis = args[2], *flows = args[3], *counters = args[4];
     int record_api = PyObject_IsTrue(args[5]), record_tasks = PyObject_IsTrue(args[6]);
     if (record_api < 0 || record_tasks < 0) return NULL;
     int64_t v[11];
@@ -1331,48 +1379,7 @@ static PyObject *core_launched(Core *c, PyObject *const *args, Py_ssize_t nargs)
         v[i] = PyLong_AsLongLong(args[7 + i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    int64_t rank = v[0], tid = v[1], device = v[2], step = v[3], corr = v[4], t0 = v[5], clock = v[6],
-            blocks = v[7], queue_blocked = v[8], pending = v[9], arrive = v[10];
-    SInfo *s = stream_meta(c, stream);
-    if (s == NULL) return NULL;
-    if (record_api) {
-        if (c->launch_api < 0) { /* codes in rows.Rows.api's order: name, kind */
-            if ((c->launch_api = code_of(c->codes, S_launch_api)) < 0) return NULL;
-            if ((c->launch_kind = code_of(c->codes, S_launch_kind)) < 0) return NULL;
-        }
-        int64_t blocked = NUL;
-        if (queue_blocked > 0) {
-            if (c->queue_full < 0 && (c->queue_full = code_of(c->codes, S_queue_full)) < 0) return NULL;
-            blocked = c->queue_full;
-        }
-        int64_t row[17] = {rank, 1000000 + rank, tid, c->launch_api, t0, clock - t0, c->launch_kind, device, s->id, corr,
-                           NUL, step, blocks, blocked, queue_blocked > 0 ? queue_blocked : NUL, NUL, NUL};
-        if (append(apis, row, 17) < 0) return NULL;
-        if (record_tasks) {
-            int64_t flow[W_FLOW] = {rank, 0, t0, 1000000 + rank, tid, corr, s->dev_id, s->id, step};
-            if (append(flows, flow, W_FLOW) < 0) return NULL;
-        }
-    }
-    if (record_tasks && c->queue_depth) {
-        int64_t row[W_COUNTER] = {s->rank, s->pid, s->qcode, clock, pending, 0, s->dev_id, s->id, NUL};
-        if (append(counters, row, W_COUNTER) < 0) return NULL;
-    }
-    int64_t packed[W_LAUNCH] = {blocks, corr, t0, step, arrive, queue_blocked};
-    if (append(s->launches, packed, W_LAUNCH) < 0) return NULL;
-    PyObject *r = PyObject_CallOneArg(s->append, kernel);
-    if (r == NULL) return NULL;
-    Py_DECREF(r);
-    /* a busy stream picks the launch up when it gets to it; only an idle one needs waking */
-    int busy;
-    if (get_bool(stream, S_busy, &busy)) return NULL;
-    if (!busy) {
-        Py_ssize_t n = PyObject_Size(s->queue);
-        if (n < 0) return NULL;
-        if (n == 1) {
-            Engine *e = c->engine;
-            if (heap_push(e, arrive < e->now ? e->now : arrive, (PyObject *)c, stream, OP_WAKE, 0, 0) < 0) return NULL;
-        }
-    }
+    if (launched(c, args[0], args[1], args[2], args[3], args[4], record_api, record_tasks, v) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
