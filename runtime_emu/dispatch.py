@@ -72,10 +72,14 @@ class Dispatch:
         #: finish and rows), when the engine is the C one; None: the Python code here and in
         #: device.CorePool runs it.
         self.native: Any = None
+        #: native.launched, bound once: calling it through `native` looked the method up by
+        #: name at every launch.
+        self._launched: Any = None
         core = native("_core")
         if core is not None and isinstance(engine, core.Engine):
             self.native = core.Core(engine, self, self.recorder, self.truth, self.truth_codes, self.keep_truth,
                                     rows.queue_depth_counters, Task)
+            self._launched = self.native.launched
 
     # ---------------------------------------------------------------- host side
     def new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
@@ -109,12 +113,12 @@ class Dispatch:
         step = th.step
         pending = stream.pending = stream.pending + 1
         arrive = clock + self.dispatch_latency_ns
-        native = self.native
-        if native is not None:  # the same rows, packed launch and wake, written by the C core
+        launched = self._launched
+        if launched is not None:  # the same rows, packed launch and wake, written by the C core
             rec, sw, dev = self.recorder, self.recorder.switches, th.device
-            native.launched(stream, kernel, rec.apis, rec.flows, rec.counters, sw.runtime_api, sw.task_time, th.rank,
-                            th.tid, NULL if dev is None else dev.id, NULL_STEP if step is None else step, corr, t0,
-                            clock, blocks, queue_blocked, pending, arrive)
+            launched(stream, kernel, rec.apis, rec.flows, rec.counters, sw.runtime_api, sw.task_time, th.rank,
+                     th.tid, NULL if dev is None else dev.id, NULL_STEP if step is None else step, corr, t0,
+                     clock, blocks, queue_blocked, pending, arrive)
             return corr
         self.rows.launched_as(th, stream, corr, step, 0, queue_blocked, "aclrtLaunchKernel", t0, "launch", blocks,
                               True, None, None, pending)
