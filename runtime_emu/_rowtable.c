@@ -134,8 +134,10 @@ struct Ctx;
 typedef struct {
     struct Ctx *c;
     int64_t lo, hi;
-    Buf s[NSTR];
-    size_t hint[NSTR]; /* first capacity of each string buffer */
+    int measure;         /* 1: the sizing pass, which only adds up the text each string column needs */
+    Buf s[NSTR];         /* sizing pass: scratch room for one row; writing pass: the column's own buffer */
+    size_t base[NSTR];   /* where this part's text starts in its column */
+    size_t total[NSTR];  /* the text it needs, from the sizing pass */
     int64_t nulls[NCOL];
     int fail; /* 1: out of memory, 2: declined */
 } Part;
@@ -161,6 +163,7 @@ static inline void bit(Col *col, int64_t i) { col->valid[i >> 3] |= (uint8_t)(1u
 
 static inline void put32(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
     Col *col = &c->col[k];
+    if (pt->measure) return;
     if (isnull) {
         ((int32_t *)col->data)[i] = 0;
         pt->nulls[k]++;
@@ -172,12 +175,14 @@ static inline void put32(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnu
 }
 
 static inline void putcode(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
+    if (pt->measure) return;
     if (!isnull && (v < 0 || v >= c->nstr)) pt->fail = 2;
     put32(c, pt, k, i, v, isnull);
 }
 
 static inline void put64(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnull) {
     Col *col = &c->col[k];
+    if (pt->measure) return;
     if (isnull) {
         ((int64_t *)col->data)[i] = 0;
         pt->nulls[k]++;
@@ -189,16 +194,20 @@ static inline void put64(Ctx *c, Part *pt, int k, int64_t i, int64_t v, int isnu
 
 static inline void putf64(Ctx *c, Part *pt, int64_t i, double v, int isnull) {
     Col *col = &c->col[C_VALUE];
+    if (pt->measure) return;
     ((double *)col->data)[i] = isnull ? 0.0 : v;
     if (isnull) pt->nulls[C_VALUE]++;
     else bit(col, i);
 }
 
-/* A string column's row: sbegin reserves room and returns where to write, send ends it. */
+/* A string column's row: sbegin reserves room and returns where to write, send ends it. The
+ * sizing pass writes every row at the start of a scratch buffer and adds up the lengths; the
+ * writing pass writes them in place, at the part's base in the column's one buffer, which the
+ * sizing pass made exactly as long as the text (so the parts need no joining afterwards). */
 static inline char *sbegin(Part *pt, int s, size_t need) {
     Buf *b = &pt->s[s];
     if (b->len + need > b->cap) {
-        size_t cap = b->cap ? b->cap : pt->hint[s] > ((size_t)1 << 16) ? pt->hint[s] : (size_t)1 << 16;
+        size_t cap = b->cap ? b->cap : (size_t)1 << 16;
         while (cap < b->len + need) cap *= 2;
         char *q = b->p ? realloc(b->p, cap) : malloc(cap);
         if (!q) {
@@ -214,15 +223,19 @@ static inline char *sbegin(Part *pt, int s, size_t need) {
 static inline void send(Ctx *c, Part *pt, int s, int64_t i, char *end) {
     Buf *b = &pt->s[s];
     Col *col = &c->col[STR_COL[s]];
-    if (b->len > INT32_MAX) pt->fail = 2;
-    col->off[i] = (int32_t)b->len;
+    if (pt->measure) {
+        pt->total[s] += (size_t)(end - b->p);
+        return;
+    }
+    col->off[i] = (int32_t)(pt->base[s] + b->len);
     b->len = (size_t)(end - b->p);
     bit(col, i);
 }
 
 static inline void snull(Ctx *c, Part *pt, int s, int64_t i) {
     Col *col = &c->col[STR_COL[s]];
-    col->off[i] = (int32_t)pt->s[s].len;
+    if (pt->measure) return;
+    col->off[i] = (int32_t)(pt->base[s] + pt->s[s].len);
     pt->nulls[STR_COL[s]]++;
 }
 
@@ -482,14 +495,10 @@ static void full_row(Ctx *c, Part *pt, int64_t i, const Full *r) {
 static void *write_part(void *arg) {
     Part *pt = (Part *)arg;
     Ctx *c = pt->c;
-    for (int k = 0; k < NCOL; k++) { /* this part's bytes of each bitmap (lo is a multiple of 8) */
+    for (int k = 0; !pt->measure && k < NCOL; k++) { /* this part's bytes of each bitmap (lo: a multiple of 8) */
         int64_t first = pt->lo >> 3, last = (pt->hi + 7) >> 3;
         memset(c->col[k].valid + first, 0, (size_t)(last - first));
     }
-    size_t rows = (size_t)(pt->hi - pt->lo);
-    pt->hint[0] = rows * 8;   /* flow ids */
-    pt->hint[1] = rows * 48;  /* args */
-    pt->hint[2] = rows * 4;   /* extras */
     for (int64_t i = pt->lo; i < pt->hi && !pt->fail; i++) {
         int64_t p = c->perm ? (int64_t)c->perm[i] : i;
         if (p < c->b_task) full_row(c, pt, i, &c->full[p]);
@@ -503,68 +512,38 @@ static void *write_part(void *arg) {
 
 /* ------------------------------------------------------------------ the order */
 
-/* Calls BODY with r (rank) and t (ts) of every row, in recording order (p its position). */
-static const int KEY_WIDTH[4] = {W_TASK, W_API, W_FLOW, W_COUNTER}, KEY_TS[4] = {4, 4, 2, 3};
-#define EACH_KEY(c, BODY)                                                                          \
-    do {                                                                                           \
-        int64_t p = 0, r, t;                                                                       \
-        for (int64_t j = 0; j < (c)->nfull; j++, p++) {                                            \
-            r = (c)->full[j].v[C_RANK], t = (c)->full[j].v[C_TS];                                  \
-            BODY;                                                                                  \
-        }                                                                                          \
-        const Src *packed_[4] = {&(c)->task, &(c)->api, &(c)->flow, &(c)->counter};               \
-        for (int s_ = 0; s_ < 4; s_++) {                                                           \
-            const int64_t *d_ = packed_[s_]->d;                                                    \
-            int64_t w_ = KEY_WIDTH[s_], x_ = KEY_TS[s_];                                           \
-            for (int64_t j = 0; j < packed_[s_]->n; j++, p++) {                                    \
-                r = d_[j * w_], t = d_[j * w_ + x_];                                               \
-                BODY;                                                                              \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+/* The rows come from five sources, in recording order: the full rows, then the packed tasks,
+ * API slices, flows and counters. Source s's row j has rank r and ts t: */
+#define NSRC 5
+static const int KEY_WIDTH[NSRC] = {0, W_TASK, W_API, W_FLOW, W_COUNTER}, KEY_TS[NSRC] = {0, 4, 4, 2, 3};
+
+static inline int64_t src_rows(const Ctx *c, int s) {
+    return s == 0 ? c->nfull : s == 1 ? c->task.n : s == 2 ? c->api.n : s == 3 ? c->flow.n : c->counter.n;
+}
+
+static inline const int64_t *src_data(const Ctx *c, int s) {
+    return s == 1 ? c->task.d : s == 2 ? c->api.d : s == 3 ? c->flow.d : c->counter.d;
+}
 
 #define DIGIT 11
 #define BUCKETS (1 << DIGIT)
 #define MAX_DIGITS 6 /* 6 * 11 >= 64 */
 
-/* The recording positions in (rank, ts) order, ties in recording order: a stable LSD radix
- * sort of rank << tsbits | (ts - min ts), over the 11-bit digits that vary. 0: in order
- * already (c->perm stays NULL), 1: sorted, -1: out of memory, -2: declined (keys do not pack). */
-static int order(Ctx *c) {
-    int64_t n = c->n, rmin = INT64_MAX, rmax = INT64_MIN, tmin = INT64_MAX, tmax = INT64_MIN;
-    int64_t prev_r = INT64_MIN, prev_t = INT64_MIN;
-    int sorted = 1;
-    EACH_KEY(c, {
-        if (r < rmin) rmin = r;
-        if (r > rmax) rmax = r;
-        if (t < tmin) tmin = t;
-        if (t > tmax) tmax = t;
-        if (r < prev_r || (r == prev_r && t < prev_t)) sorted = 0;
-        prev_r = r;
-        prev_t = t;
-        (void)p;
-    });
-    if (sorted) return 0;
-    if (rmin < 0) return -2;
-    uint64_t span = (uint64_t)tmax - (uint64_t)tmin;
-    int tbits = 0, rbits = 0;
-    while (tbits < 64 && (span >> tbits)) tbits++;
-    while (rbits < 64 && ((uint64_t)rmax >> rbits)) rbits++;
-    if (tbits + rbits > 64 || n > (int64_t)UINT32_MAX) return -2;
-    uint64_t *key = malloc((size_t)n * 8), *key2 = malloc((size_t)n * 8);
-    uint32_t *idx = malloc((size_t)n * 4), *idx2 = malloc((size_t)n * 4);
+/* A stable LSD radix sort of key[0..n) over its 11-bit digits that vary: key sorted in place,
+ * *out the positions in that order (malloc'd). 1 done, -1 out of memory. */
+static int radix(uint64_t *key, int64_t n, int digits, uint32_t **out) {
+    uint64_t *key2 = malloc((size_t)(n ? n : 1) * 8), *k0 = key;
+    uint32_t *idx = malloc((size_t)(n ? n : 1) * 4), *idx2 = malloc((size_t)(n ? n : 1) * 4);
     size_t (*count)[BUCKETS] = calloc(MAX_DIGITS, sizeof *count);
-    if (!key || !key2 || !idx || !idx2 || !count) {
-        free(key), free(key2), free(idx), free(idx2), free(count);
+    if (!key2 || !idx || !idx2 || !count) {
+        free(key2), free(idx), free(idx2), free(count);
         return -1;
     }
-    int digits = (tbits + rbits + DIGIT - 1) / DIGIT;
-    EACH_KEY(c, {
-        uint64_t k = (tbits < 64 ? (uint64_t)r << tbits : 0) | ((uint64_t)t - (uint64_t)tmin);
-        key[p] = k;
+    for (int64_t p = 0; p < n; p++) {
+        uint64_t k = key[p];
         idx[p] = (uint32_t)p;
         for (int b = 0; b < digits; b++) count[b][(k >> (DIGIT * b)) & (BUCKETS - 1)]++;
-    });
+    }
     for (int b = 0; b < digits; b++) {
         size_t *cnt = count[b];
         int single = 0;
@@ -587,9 +566,122 @@ static int order(Ctx *c) {
         uint64_t *tk = key; key = key2; key2 = tk;
         uint32_t *ti = idx; idx = idx2; idx2 = ti;
     }
-    free(key), free(key2), free(idx2), free(count);
-    c->perm = idx;
+    if (key != k0) { /* an odd number of passes: the sorted keys are in the spare */
+        memcpy(k0, key, (size_t)n * 8);
+        key2 = key;
+    }
+    free(key2), free(idx2), free(count);
+    *out = idx;
     return 1;
+}
+
+/* The recording positions in (rank, ts) order, ties in recording order. Each source is in
+ * order already or is sorted on its own (a stable radix sort of rank << tsbits | (ts - min
+ * ts): the tasks, recorded as they end, usually are not), then the five are merged, ties to
+ * the earlier source; so the sort's temporaries are as big as the sources that need one.
+ * 0: in order already (c->perm stays NULL), 1: sorted, -1: out of memory, -2: declined (keys
+ * do not pack). */
+static int order(Ctx *c) {
+    int64_t n = c->n, rmin = INT64_MAX, rmax = INT64_MIN, tmin = INT64_MAX, tmax = INT64_MIN;
+    int64_t prev_r = INT64_MIN, prev_t = INT64_MIN;
+    int sorted = 1, src_sorted[NSRC];
+    for (int s = 0; s < NSRC; s++) {
+        int64_t m = src_rows(c, s), pr = INT64_MIN, pt = INT64_MIN;
+        int ok = 1;
+        for (int64_t j = 0; j < m; j++) {
+            int64_t r, t;
+            if (s == 0) {
+                r = c->full[j].v[C_RANK], t = c->full[j].v[C_TS];
+            } else {
+                const int64_t *f = src_data(c, s) + j * KEY_WIDTH[s];
+                r = f[0], t = f[KEY_TS[s]];
+            }
+            if (r < rmin) rmin = r;
+            if (r > rmax) rmax = r;
+            if (t < tmin) tmin = t;
+            if (t > tmax) tmax = t;
+            if (r < pr || (r == pr && t < pt)) ok = 0;
+            if (r < prev_r || (r == prev_r && t < prev_t)) sorted = 0;
+            pr = prev_r = r;
+            pt = prev_t = t;
+        }
+        src_sorted[s] = ok;
+    }
+    if (sorted) return 0;
+    if (rmin < 0) return -2;
+    uint64_t span = (uint64_t)tmax - (uint64_t)tmin;
+    int tbits = 0, rbits = 0;
+    while (tbits < 64 && (span >> tbits)) tbits++;
+    while (rbits < 64 && ((uint64_t)rmax >> rbits)) rbits++;
+    if (tbits + rbits > 64 || n > (int64_t)UINT32_MAX) return -2;
+    int digits = (tbits + rbits + DIGIT - 1) / DIGIT;
+#define KEY(r, t) ((tbits < 64 ? (uint64_t)(r) << tbits : 0) | ((uint64_t)(t) - (uint64_t)tmin))
+    /* a source out of order: its keys, sorted, and its positions in that order */
+    uint64_t *keys[NSRC] = {0};
+    uint32_t *local[NSRC] = {0};
+    uint32_t *perm = malloc((size_t)(n ? n : 1) * 4);
+    int res = perm ? 1 : -1;
+    for (int s = 0; res == 1 && s < NSRC; s++) {
+        int64_t m = src_rows(c, s);
+        if (!m || src_sorted[s]) continue;
+        keys[s] = malloc((size_t)m * 8);
+        if (!keys[s]) {
+            res = -1;
+            break;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            if (s == 0) {
+                keys[s][j] = KEY(c->full[j].v[C_RANK], c->full[j].v[C_TS]);
+            } else {
+                const int64_t *f = src_data(c, s) + j * KEY_WIDTH[s];
+                keys[s][j] = KEY(f[0], f[KEY_TS[s]]);
+            }
+        }
+        res = radix(keys[s], m, digits, &local[s]);
+    }
+    if (res == 1) {
+        /* the merge: each source's next key (head), the smallest taken, a tie to the earlier source */
+        int64_t at[NSRC] = {0}, len[NSRC], base[NSRC] = {0, c->b_task, c->b_api, c->b_flow, c->b_counter};
+        uint64_t head[NSRC] = {0};
+        int live[NSRC], nlive = 0;
+#define HEAD(s)                                                                                    \
+    do {                                                                                           \
+        int64_t j_ = at[s];                                                                        \
+        if (keys[s]) head[s] = keys[s][j_];                                                        \
+        else if (s == 0) head[s] = KEY(c->full[j_].v[C_RANK], c->full[j_].v[C_TS]);               \
+        else {                                                                                     \
+            const int64_t *f_ = src_data(c, s) + j_ * KEY_WIDTH[s];                                \
+            head[s] = KEY(f_[0], f_[KEY_TS[s]]);                                                   \
+        }                                                                                          \
+    } while (0)
+        for (int s = 0; s < NSRC; s++) {
+            len[s] = src_rows(c, s);
+            if (len[s]) {
+                live[nlive++] = s; /* in source order */
+                HEAD(s);
+            }
+        }
+        for (int64_t i = 0; i < n; i++) {
+            int bi = 0, best = live[0];
+            for (int q = 1; q < nlive; q++) /* strictly smaller: a tie goes to the earlier source */
+                if (head[live[q]] < head[best]) bi = q, best = live[q];
+            int64_t j = at[best]++;
+            perm[i] = (uint32_t)(base[best] + (local[best] ? (int64_t)local[best][j] : j));
+            if (at[best] < len[best]) {
+                HEAD(best);
+            } else { /* the source is done */
+                for (int q = bi; q + 1 < nlive; q++) live[q] = live[q + 1];
+                nlive--;
+            }
+        }
+#undef HEAD
+        c->perm = perm;
+        perm = NULL;
+    }
+#undef KEY
+    free(perm);
+    for (int s = 0; s < NSRC; s++) free(keys[s]), free(local[s]);
+    return res;
 }
 
 /* ------------------------------------------------------------------ the build */
@@ -713,38 +805,59 @@ static int src_of(PyObject *o, int width, Py_buffer *view, Src *src) {
     return 1;
 }
 
-/* The string columns' parts joined onto the first one's buffer: part k's offsets shifted by
- * what came before it. */
-static int join_strings(Ctx *c, Part *parts, int nparts) {
+/* After the sizing pass: each string column's one buffer, exactly as long as its text, and each
+ * part's place in it. 1 done, -1 out of memory, -2 declined (text past 2 GiB). */
+static int place_strings(Ctx *c, Part *parts, int nparts) {
     for (int s = 0; s < NSTR; s++) {
         Col *col = &c->col[STR_COL[s]];
         size_t total = 0;
-        for (int k = 0; k < nparts; k++) total += parts[k].s[s].len;
+        for (int k = 0; k < nparts; k++) {
+            parts[k].base[s] = total;
+            total += parts[k].total[s];
+        }
         if (total > INT32_MAX) return -2;
-        Buf *first = &parts[0].s[s];
-        if (!first->p || total > first->cap) {
-            char *q = first->p ? realloc(first->p, total) : malloc(total ? total : 1);
-            if (!q) return -1;
-            first->p = q;
-            first->cap = total;
-        }
-        char *data = first->p;
-        size_t at = first->len;
-        for (int k = 1; k < nparts; k++) {
-            Part *pt = &parts[k];
-            if (pt->s[s].len) memcpy(data + at, pt->s[s].p, pt->s[s].len);
-            if (at)
-                for (int64_t i = pt->lo; i < pt->hi; i++) col->off[i] += (int32_t)at;
-            at += pt->s[s].len;
-            free(pt->s[s].p);
-            pt->s[s].p = NULL;
-        }
-        first->p = NULL; /* the column owns it now */
-        col->off[c->n] = (int32_t)total;
-        col->sdata = data;
+        col->sdata = malloc(total ? total : 1);
+        if (!col->sdata) return -1;
         col->slen = total;
+        col->off[c->n] = (int32_t)total;
+    }
+    for (int k = 0; k < nparts; k++) {
+        for (int s = 0; s < NSTR; s++) {
+            Buf *b = &parts[k].s[s];
+            free(b->p); /* the scratch */
+            b->p = c->col[STR_COL[s]].sdata + parts[k].base[s];
+            b->len = 0;
+            b->cap = (size_t)-1 / 2; /* the sizing pass made the room */
+        }
+        parts[k].measure = 0;
     }
     return 1;
+}
+
+/* After the writing pass: every part wrote the text the sizing pass counted (0 when not). */
+static int placed_all(Part *parts, int nparts) {
+    for (int k = 0; k < nparts; k++)
+        for (int s = 0; s < NSTR; s++)
+            if (parts[k].s[s].len != parts[k].total[s]) return 0;
+    return 1;
+}
+
+/* The parts' rows on their threads (the first on this one); 1 done, -1 out of memory, -2 declined. */
+static int run_parts(Ctx *c, Part *parts, int nparts) {
+    pthread_t threads[MAX_PARTS];
+    int started[MAX_PARTS] = {0}, res = 1;
+    for (int k = 1; k < nparts; k++) started[k] = pthread_create(&threads[k], NULL, write_part, &parts[k]) == 0;
+    write_part(&parts[0]);
+    for (int k = 1; k < nparts; k++) {
+        if (started[k]) pthread_join(threads[k], NULL);
+        else write_part(&parts[k]);
+    }
+    for (int k = 0; k < nparts; k++) {
+        if (parts[k].fail == 1) res = -1;
+        else if (parts[k].fail == 2 && res >= 0) res = -2;
+    }
+    (void)c;
+    return res;
 }
 
 /* A dictionary column's codes renumbered in order of first use; used[] gets the codes used. */
@@ -904,21 +1017,15 @@ static PyObject *build(PyObject *self, PyObject *args) {
                     parts[nparts].hi = hi;
                     lo = hi;
                 }
-                pthread_t threads[MAX_PARTS];
-                int started[MAX_PARTS] = {0};
-                for (int k = 1; k < nparts; k++)
-                    started[k] = pthread_create(&threads[k], NULL, write_part, &parts[k]) == 0;
-                write_part(&parts[0]);
-                for (int k = 1; k < nparts; k++) {
-                    if (started[k]) pthread_join(threads[k], NULL);
-                    else write_part(&parts[k]);
-                }
-                for (int k = 0; k < nparts; k++) {
-                    if (parts[k].fail == 1) res = -1;
-                    else if (parts[k].fail == 2 && res >= 0) res = -2;
+                /* two passes over the rows: the first sizes the string columns, the second
+                 * writes every column in place */
+                for (int k = 0; k < nparts; k++) parts[k].measure = 1;
+                res = run_parts(c, parts, nparts);
+                if (res >= 0) res = place_strings(c, parts, nparts);
+                if (res >= 0) res = run_parts(c, parts, nparts);
+                if (res >= 0 && !placed_all(parts, nparts)) res = -2;
+                for (int k = 0; k < nparts; k++)
                     for (int j = 0; j < NCOL; j++) c->col[j].nulls += parts[k].nulls[j];
-                }
-                if (res >= 0) res = join_strings(c, parts, nparts);
                 if (res >= 0) {
                     remap = malloc(sizeof(int32_t) * (size_t)(c->nstr ? c->nstr : 1));
                     if (!remap) res = -1;
@@ -935,8 +1042,9 @@ static PyObject *build(PyObject *self, PyObject *args) {
             }
         }
         Py_END_ALLOW_THREADS
-        for (int k = 0; k < nparts; k++)
-            for (int s = 0; s < NSTR; s++) free(parts[k].s[s].p);
+        for (int k = 0; k < nparts; k++) /* the scratch, where the sizing pass did not finish */
+            for (int s = 0; s < NSTR; s++)
+                if (parts[k].measure) free(parts[k].s[s].p);
         if (res == -1) {
             PyErr_NoMemory();
             state = -1;
