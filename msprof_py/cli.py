@@ -752,6 +752,16 @@ _register_sql(app)
 
 def main() -> None:
     """Console-script entry point (`msprof-py`)."""
+    import os
+
+    if os.environ.get("MSPROF_PY_POOL_MB", "").strip():  # checked before any work, as an option would be
+        from runtime_emu.tables import pool_limit_mb
+
+        try:
+            pool_limit_mb(os.environ["MSPROF_PY_POOL_MB"])
+        except ValueError as exc:
+            typer.echo(f"{PROG}: error: {exc}", err=True)
+            sys.exit(2)
     app(prog_name=PROG)
 
 

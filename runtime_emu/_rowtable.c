@@ -51,6 +51,117 @@ enum { FX_X, FX_S, FX_F, FX_C, FX_H2D, FX_ACL, FX_FLOW, FX_COUNTER, NFIXED };
 enum { K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD };
 #define NUNITS 3
 
+/* ------------------------------------------------------------------ a pool of big blocks
+ *
+ * A build needs about 140 bytes of new memory per row (the columns, the sort's temporaries);
+ * 2.4M rows are ~340 MB. Memory malloc takes from the kernel costs a page fault per 4 KiB on
+ * first touch, and on virtual machines that hand freed memory back to the host (free page
+ * reporting) that fault costs several microseconds, more than writing the page: measured on a
+ * 2-core VM, 323 MB of fresh columns took 0.13-0.63 s just to fault in, run to run. So the
+ * blocks a build allocates (from 1 MiB up) go back to a pool when freed, a table's columns when
+ * Arrow lets go of them, and the next build in the process (a streamed cut, the next run)
+ * takes them again, faulted in already. The pool holds at most pool_limit bytes (MSPROF_PY_POOL_MB,
+ * 1024 by default, read by tables.py; 0 turns it off); release_pool() frees what it holds. */
+
+#define POOL_MIN ((size_t)1 << 20) /* smaller blocks are malloc's business */
+#define POOL_SLOTS 96
+#define BLOCK_HEAD 64 /* a block's header (its capacity), which keeps the data 64-byte aligned as Arrow likes */
+
+static struct {
+    char *base;
+    size_t cap;
+} pool[POOL_SLOTS];
+static int npool;
+static size_t pooled, pool_limit = (size_t)1024 << 20;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* At least `size` bytes, from the pool (the smallest block that fits and is not more than
+ * twice as big) or new; NULL when out of memory. */
+static void *pmalloc(size_t size) {
+    if (!size) size = 1;
+    char *base = NULL;
+    size_t cap = size;
+    if (size >= POOL_MIN / 2) {
+        pthread_mutex_lock(&pool_mu);
+        int best = -1;
+        for (int k = 0; k < npool; k++)
+            if (pool[k].cap >= size && pool[k].cap <= 2 * size && (best < 0 || pool[k].cap < pool[best].cap)) best = k;
+        if (best >= 0) {
+            base = pool[best].base;
+            cap = pool[best].cap;
+            pooled -= cap;
+            pool[best] = pool[--npool];
+        }
+        pthread_mutex_unlock(&pool_mu);
+    }
+    if (!base) {
+        if (posix_memalign((void **)&base, BLOCK_HEAD, BLOCK_HEAD + cap)) return NULL;
+    }
+    memcpy(base, &cap, sizeof cap);
+    return base + BLOCK_HEAD;
+}
+
+static void pfree(void *p) {
+    if (!p) return;
+    char *base = (char *)p - BLOCK_HEAD;
+    size_t cap;
+    memcpy(&cap, base, sizeof cap);
+    if (cap >= POOL_MIN) {
+        pthread_mutex_lock(&pool_mu);
+        int kept = npool < POOL_SLOTS && pooled + cap <= pool_limit;
+        if (kept) {
+            pool[npool].base = base;
+            pool[npool++].cap = cap;
+            pooled += cap;
+        }
+        pthread_mutex_unlock(&pool_mu);
+        if (kept) return;
+    }
+    free(base);
+}
+
+/* set_pool_limit(bytes): the most the pool holds from now on (0: none), the rest freed. */
+static PyObject *set_pool_limit(PyObject *self, PyObject *arg) {
+    Py_ssize_t limit = PyLong_AsSsize_t(arg);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_pool_limit: the limit is a number of bytes, >= 0");
+        return NULL;
+    }
+    char *drop[POOL_SLOTS];
+    int ndrop = 0;
+    pthread_mutex_lock(&pool_mu);
+    pool_limit = (size_t)limit;
+    while (npool && pooled > pool_limit) {
+        drop[ndrop++] = pool[--npool].base;
+        pooled -= pool[npool].cap;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    for (int k = 0; k < ndrop; k++) free(drop[k]);
+    Py_RETURN_NONE;
+}
+
+/* release_pool(): frees every block the pool holds. */
+static PyObject *release_pool(PyObject *self, PyObject *unused) {
+    char *drop[POOL_SLOTS];
+    int ndrop = 0;
+    pthread_mutex_lock(&pool_mu);
+    while (npool) drop[ndrop++] = pool[--npool].base;
+    pooled = 0;
+    pthread_mutex_unlock(&pool_mu);
+    for (int k = 0; k < ndrop; k++) free(drop[k]);
+    Py_RETURN_NONE;
+}
+
+/* pool_state() -> (blocks, bytes, limit) */
+static PyObject *pool_state(PyObject *self, PyObject *unused) {
+    pthread_mutex_lock(&pool_mu);
+    int blocks = npool;
+    size_t bytes = pooled, limit = pool_limit;
+    pthread_mutex_unlock(&pool_mu);
+    return Py_BuildValue("(inn)", blocks, (Py_ssize_t)bytes, (Py_ssize_t)limit);
+}
+
 /* ------------------------------------------------------------------ owned memory for Arrow */
 
 typedef struct {
@@ -60,7 +171,7 @@ typedef struct {
 } Mem;
 
 static void mem_dealloc(PyObject *o) {
-    free(((Mem *)o)->p);
+    pfree(((Mem *)o)->p);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -87,7 +198,7 @@ static PyTypeObject MemType = {
 static PyObject *mem_of(char *p, Py_ssize_t len) {
     Mem *m = PyObject_New(Mem, &MemType);
     if (!m) {
-        free(p);
+        pfree(p);
         return NULL;
     }
     m->p = p;
@@ -532,11 +643,11 @@ static inline const int64_t *src_data(const Ctx *c, int s) {
 /* A stable LSD radix sort of key[0..n) over its 11-bit digits that vary: key sorted in place,
  * *out the positions in that order (malloc'd). 1 done, -1 out of memory. */
 static int radix(uint64_t *key, int64_t n, int digits, uint32_t **out) {
-    uint64_t *key2 = malloc((size_t)(n ? n : 1) * 8), *k0 = key;
-    uint32_t *idx = malloc((size_t)(n ? n : 1) * 4), *idx2 = malloc((size_t)(n ? n : 1) * 4);
+    uint64_t *key2 = pmalloc((size_t)n * 8), *k0 = key;
+    uint32_t *idx = pmalloc((size_t)n * 4), *idx2 = pmalloc((size_t)n * 4);
     size_t (*count)[BUCKETS] = calloc(MAX_DIGITS, sizeof *count);
     if (!key2 || !idx || !idx2 || !count) {
-        free(key2), free(idx), free(idx2), free(count);
+        pfree(key2), pfree(idx), pfree(idx2), free(count);
         return -1;
     }
     for (int64_t p = 0; p < n; p++) {
@@ -570,7 +681,7 @@ static int radix(uint64_t *key, int64_t n, int digits, uint32_t **out) {
         memcpy(k0, key, (size_t)n * 8);
         key2 = key;
     }
-    free(key2), free(idx2), free(count);
+    pfree(key2), pfree(idx2), free(count);
     *out = idx;
     return 1;
 }
@@ -619,12 +730,12 @@ static int order(Ctx *c) {
     /* a source out of order: its keys, sorted, and its positions in that order */
     uint64_t *keys[NSRC] = {0};
     uint32_t *local[NSRC] = {0};
-    uint32_t *perm = malloc((size_t)(n ? n : 1) * 4);
+    uint32_t *perm = pmalloc((size_t)n * 4);
     int res = perm ? 1 : -1;
     for (int s = 0; res == 1 && s < NSRC; s++) {
         int64_t m = src_rows(c, s);
         if (!m || src_sorted[s]) continue;
-        keys[s] = malloc((size_t)m * 8);
+        keys[s] = pmalloc((size_t)m * 8);
         if (!keys[s]) {
             res = -1;
             break;
@@ -679,8 +790,8 @@ static int order(Ctx *c) {
         perm = NULL;
     }
 #undef KEY
-    free(perm);
-    for (int s = 0; s < NSRC; s++) free(keys[s]), free(local[s]);
+    pfree(perm);
+    for (int s = 0; s < NSRC; s++) pfree(keys[s]), pfree(local[s]);
     return res;
 }
 
@@ -816,7 +927,7 @@ static int place_strings(Ctx *c, Part *parts, int nparts) {
             total += parts[k].total[s];
         }
         if (total > INT32_MAX) return -2;
-        col->sdata = malloc(total ? total : 1);
+        col->sdata = pmalloc(total);
         if (!col->sdata) return -1;
         col->slen = total;
         col->off[c->n] = (int32_t)total;
@@ -880,12 +991,12 @@ static int64_t canonical(Ctx *c, int k, int32_t *remap, int64_t *used) {
 
 static void free_ctx(Ctx *c) {
     for (int k = 0; k < NCOL; k++) {
-        free(c->col[k].data);
-        free(c->col[k].valid);
-        free(c->col[k].off);
-        free(c->col[k].sdata);
+        pfree(c->col[k].data);
+        pfree(c->col[k].valid);
+        pfree(c->col[k].off);
+        pfree(c->col[k].sdata);
     }
-    free(c->perm);
+    pfree(c->perm);
     free(c->full);
     free(c->str);
     free(c->quoted);
@@ -899,7 +1010,7 @@ static PyObject *column_result(Ctx *c, int k, PyObject *strings, int64_t *used, 
     if (col->nulls) {
         valid = mem_of((char *)col->valid, (Py_ssize_t)((c->n + 7) >> 3));
     } else {
-        free(col->valid);
+        pfree(col->valid);
         valid = Py_None;
         Py_INCREF(Py_None);
     }
@@ -911,7 +1022,7 @@ static PyObject *column_result(Ctx *c, int k, PyObject *strings, int64_t *used, 
         col->off = NULL;
         data = mem_of(col->sdata, (Py_ssize_t)col->slen);
         col->sdata = NULL;
-        free(col->data);
+        pfree(col->data);
     } else {
         data = mem_of((char *)col->data, (Py_ssize_t)(width * (size_t)c->n));
     }
@@ -1002,9 +1113,9 @@ static PyObject *build(PyObject *self, PyObject *args) {
             for (int k = 0; k < NCOL && res >= 0; k++) {
                 Col *col = &c->col[k];
                 size_t width = COL_TYPE[k] == T_I32 || COL_TYPE[k] == T_CODE ? 4 : 8;
-                col->data = malloc(COL_TYPE[k] == T_STR ? 1 : width * (size_t)(n ? n : 1));
-                col->valid = malloc((size_t)((n + 7) >> 3) + 1);
-                if (COL_TYPE[k] == T_STR) col->off = malloc(4 * (size_t)(n + 1));
+                col->data = pmalloc(COL_TYPE[k] == T_STR ? 1 : width * (size_t)n);
+                col->valid = pmalloc((size_t)((n + 7) >> 3) + 1);
+                if (COL_TYPE[k] == T_STR) col->off = pmalloc(4 * (size_t)(n + 1));
                 if (!col->data || !col->valid || (COL_TYPE[k] == T_STR && !col->off)) res = -1;
             }
             if (res >= 0) {
@@ -1120,6 +1231,9 @@ static PyObject *append_row(PyObject *self, PyObject *const *args, Py_ssize_t na
 static PyMethodDef methods[] = {
     {"append_row", (PyCFunction)(void (*)(void))append_row, METH_FASTCALL,
      "append_row(buf, width, *values): width int64 fields appended to the bytearray buf"},
+    {"set_pool_limit", set_pool_limit, METH_O, "set_pool_limit(bytes): the most the block pool keeps (0: none)"},
+    {"release_pool", release_pool, METH_NOARGS, "release_pool(): free the blocks the pool keeps"},
+    {"pool_state", pool_state, METH_NOARGS, "pool_state() -> (blocks, bytes, limit) of the block pool"},
     {"build", build, METH_VARARGS,
      "build(tasks, apis, flows, counters, rows, strings, quoted, fixed, units, workers): the trace table's "
      "columns as Arrow buffers, or None when the Arrow build must decide"},

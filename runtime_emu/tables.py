@@ -317,9 +317,48 @@ def _run_plan(plan: acero.Declaration) -> pa.Table:
     return _complete(plan.to_table(use_threads=False))
 
 
+#: The MiB of blocks the native build keeps for the next build in the process when a table lets go
+#: of them (_rowtable.c, "a pool of big blocks"): memory new from the kernel costs a page fault
+#: per 4 KiB, several microseconds each on VMs that give freed memory back to their host.
+POOL_ENV = "MSPROF_PY_POOL_MB"
+POOL_DEFAULT_MB = 1024
+_pool_configured = False
+
+
 def native_module() -> Any:
     """The compiled table builder, or None when it is not built or MSPROF_PY_PURE=1."""
-    return native("_rowtable")
+    module = native("_rowtable")
+    if module is not None and not _pool_configured:
+        _configure_pool(module)
+    return module
+
+
+def pool_limit_mb(text: str | None) -> int:
+    """MSPROF_PY_POOL_MB's value as MiB (unset or empty: the default); ValueError when it is not
+    a whole number >= 0."""
+    if text is None or not text.strip():
+        return POOL_DEFAULT_MB
+    try:
+        mb = int(text)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        raise ValueError(f"{POOL_ENV}={text!r} is not a whole number of MiB >= 0: set it to the memory the trace "
+                         f"build may keep for reuse (0 keeps none) or unset it ({POOL_DEFAULT_MB} MiB)")
+    return mb
+
+
+def _configure_pool(module: Any) -> None:
+    global _pool_configured
+    module.set_pool_limit(pool_limit_mb(os.environ.get(POOL_ENV)) << 20)
+    _pool_configured = True
+
+
+def release_memory() -> None:
+    """Free the blocks the native build keeps for reuse (its pool); a no-op without it."""
+    module = native_module()
+    if module is not None:
+        module.release_pool()
 
 
 def state() -> str:

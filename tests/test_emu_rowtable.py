@@ -224,6 +224,73 @@ def test_the_table_owns_its_memory_once_the_chunk_is_gone():
     assert table.column("args").to_pylist() == want.column("args").to_pylist()
 
 
+# ------------------------------------------------------------------ the block pool
+def _pool_bytes() -> int:
+    return NATIVE.pool_state()[1]
+
+
+def test_a_table_gives_its_blocks_to_the_next_build_and_the_pool_keeps_to_its_limit():
+    # 70k rows per packed buffer: 280k rows, so every int32 column is a block of 1.1 MB, which the
+    # pool keeps (it keeps blocks from 1 MiB). The second build takes what the first table held,
+    # blocks that still hold its bytes, and must come out as the Arrow build does all the same.
+    NATIVE.release_pool()
+    assert NATIVE.pool_state() == (0, 0, tables.POOL_DEFAULT_MB << 20)
+    first = random_chunk(random.Random(11), 70_000, full_rows=5)
+    table = tables.build_native(NATIVE, first, SCHEMA)
+    assert table is not None and table.num_rows == 280_005
+    del table, first
+    gc.collect()
+    blocks, held, _limit = NATIVE.pool_state()
+    # every column's data, validity (35 KB: too small to keep) and offsets of 1 MiB and up
+    assert blocks >= 19 and held >= 280_005 * (4 * 7 + 8 * 8)
+    native, arrow = both(random_chunk(random.Random(12), 70_000, full_rows=5))
+    assert _pool_bytes() < held  # the second build took blocks from the pool
+    assert_same(native, arrow)
+    assert native.column("args").to_pylist() == arrow.column("args").to_pylist()
+    del native
+    gc.collect()
+    try:
+        NATIVE.set_pool_limit(3 << 20)  # the rest is freed at once, and kept out from now on
+        assert _pool_bytes() <= 3 << 20
+        NATIVE.set_pool_limit(0)
+        assert NATIVE.pool_state()[:2] == (0, 0)
+        table = tables.build_native(NATIVE, random_chunk(random.Random(13), 70_000, full_rows=0), SCHEMA)
+        del table
+        gc.collect()
+        assert NATIVE.pool_state()[:2] == (0, 0)
+    finally:
+        NATIVE.set_pool_limit(tables.POOL_DEFAULT_MB << 20)
+    with pytest.raises(ValueError, match="number of bytes"):
+        NATIVE.set_pool_limit(-1)
+
+
+@pytest.mark.parametrize("text, mb", [(None, 1024), ("", 1024), (" ", 1024), ("0", 0), ("256", 256), (" 64 ", 64)])
+def test_the_pool_limit_from_the_environment(text, mb):
+    assert tables.pool_limit_mb(text) == mb
+
+
+@pytest.mark.parametrize("text", ["-1", "1.5", "lots", "1e3", "0x10"])
+def test_a_pool_limit_that_is_not_whole_mib_is_an_error(text):
+    with pytest.raises(ValueError, match=r"MSPROF_PY_POOL_MB=.* is not a whole number of MiB >= 0"):
+        tables.pool_limit_mb(text)
+
+
+def test_the_cli_refuses_a_bad_pool_limit_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MSPROF_PY_POOL_MB": "lots"}
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "msprof_py.cli", "demo", "--output", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "msprof-py: error: MSPROF_PY_POOL_MB='lots' is not a whole number of MiB >= 0: set it to the memory the "
+        "trace build may keep for reuse (0 keeps none) or unset it (1024 MiB)"]
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------ what it declines
 def _declined(chunk: Chunk) -> None:
     before = copy_chunk(chunk)
