@@ -120,6 +120,11 @@ static void pfree(void *p) {
     free(base);
 }
 
+/* A fork while another thread holds the pool's lock (a streamed build) must not leave the child
+ * with the lock held: the fork waits for it, and both sides let go. */
+static void pool_prepare(void) { pthread_mutex_lock(&pool_mu); }
+static void pool_resume(void) { pthread_mutex_unlock(&pool_mu); }
+
 /* set_pool_limit(bytes): the most the pool holds from now on (0: none), the rest freed. */
 static PyObject *set_pool_limit(PyObject *self, PyObject *arg) {
     Py_ssize_t limit = PyLong_AsSsize_t(arg);
@@ -1245,5 +1250,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rowtable", "Native 
 
 PyMODINIT_FUNC PyInit__rowtable(void) {
     if (PyType_Ready(&MemType) < 0) return NULL;
+    static int atfork_set;
+    if (!atfork_set) {
+        if (pthread_atfork(pool_prepare, pool_resume, pool_resume) != 0) {
+            PyErr_SetString(PyExc_RuntimeError, "runtime_emu._rowtable: pthread_atfork failed");
+            return NULL;
+        }
+        atfork_set = 1;
+    }
     return PyModule_Create(&module);
 }

@@ -264,6 +264,32 @@ def test_a_table_gives_its_blocks_to_the_next_build_and_the_pool_keeps_to_its_li
         NATIVE.set_pool_limit(-1)
 
 
+def test_a_forked_child_builds_from_the_pool_it_inherited():
+    import os
+
+    NATIVE.release_pool()
+    table = tables.build_native(NATIVE, random_chunk(random.Random(14), 70_000, full_rows=0), SCHEMA)
+    del table
+    gc.collect()
+    held = _pool_bytes()
+    assert held > 0
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: build, report, leave without running the parent's clean-up
+        try:
+            native, arrow = both(random_chunk(random.Random(15), 70_000, full_rows=0))
+            assert_same(native, arrow)
+            os.write(write, f"ok {_pool_bytes() < held}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said == "ok True"  # it built the same table, taking blocks from its copy of the pool
+    assert _pool_bytes() == held  # the parent's pool is its own
+
+
 @pytest.mark.parametrize("text, mb", [(None, 1024), ("", 1024), (" ", 1024), ("0", 0), ("256", 256), (" 64 ", 64)])
 def test_the_pool_limit_from_the_environment(text, mb):
     assert tables.pool_limit_mb(text) == mb
