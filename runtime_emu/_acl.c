@@ -9,6 +9,12 @@
  * "not initialized" error.
  *
  * Forward(name, globals, current, doc): globals is acl's module dict, current acl.current.
+ *
+ * A Forward's `fast` (None at first) is a native fast path of the call on the current runtime,
+ * which acl.init() sets (Runtime._fast_launch for launch_kernel: the C core's try_launch). With
+ * positional arguments only, it is called first, as the C function it is; its result is the
+ * call's unless it is NotImplemented (a case it leaves to the runtime's method, which then runs
+ * as it always does).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,12 +27,23 @@ typedef struct {
     PyObject *globals; /* acl's module dict */
     PyObject *current; /* acl.current */
     PyObject *doc;
+    PyObject *fast;       /* None, or a callable: see above */
+    _PyCFunctionFast cfn; /* fast's C function, when it is a METH_FASTCALL builtin (then called directly) */
+    PyObject *cself;      /* and its self (borrowed from fast) */
 } Forward;
 
 static PyObject *CURRENT_KEY, *FINISHED_KEY;
 
 static PyObject *forward_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Forward *self = (Forward *)op;
+    if (self->fast != Py_None && kwnames == NULL) {
+        PyObject *fast = Py_NewRef(self->fast); /* the call may replace it */
+        PyObject *r = self->cfn != NULL ? self->cfn(self->cself, args, PyVectorcall_NARGS(nargsf))
+                                        : PyObject_Vectorcall(fast, args, nargsf, NULL);
+        Py_DECREF(fast);
+        if (r != Py_NotImplemented) return r;
+        Py_DECREF(r);
+    }
     PyObject *rt = PyDict_GetItemWithError(self->globals, CURRENT_KEY); /* borrowed */
     int fast = 0;
     if (rt && rt != Py_None) {
@@ -68,6 +85,7 @@ static PyObject *forward_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->vectorcall = forward_vectorcall;
     Py_INCREF(name), Py_INCREF(globals), Py_INCREF(current), Py_INCREF(doc);
     self->name = name, self->globals = globals, self->current = current, self->doc = doc;
+    self->fast = Py_NewRef(Py_None);
     return (PyObject *)self;
 }
 
@@ -77,6 +95,7 @@ static void forward_dealloc(PyObject *op) {
     Py_XDECREF(self->globals);
     Py_XDECREF(self->current);
     Py_XDECREF(self->doc);
+    Py_XDECREF(self->fast);
     Py_TYPE(op)->tp_free(op);
 }
 
@@ -94,7 +113,30 @@ static PyObject *get_doc(PyObject *op, void *closure) {
     return ((Forward *)op)->doc;
 }
 
+static PyObject *get_fast(PyObject *op, void *closure) { return Py_NewRef(((Forward *)op)->fast); }
+
+static int set_fast(PyObject *op, PyObject *v, void *closure) {
+    Forward *self = (Forward *)op;
+    if (v == NULL) v = Py_None;
+    if (v != Py_None && !PyCallable_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "a Forward's fast path is a callable or None");
+        return -1;
+    }
+    _PyCFunctionFast cfn = NULL;
+    PyObject *cself = NULL;
+    if (PyCFunction_Check(v) && (PyCFunction_GET_FLAGS(v) & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O |
+                                                              METH_KEYWORDS | METH_METHOD)) == METH_FASTCALL) {
+        cfn = (_PyCFunctionFast)(void (*)(void))PyCFunction_GET_FUNCTION(v);
+        cself = PyCFunction_GET_SELF(v);
+    }
+    Py_SETREF(self->fast, Py_NewRef(v));
+    self->cfn = cfn;
+    self->cself = cself;
+    return 0;
+}
+
 static PyGetSetDef forward_getset[] = {
+    {"fast", get_fast, set_fast, "the current runtime's native fast path of the call, or None", NULL},
     {"__name__", get_name, NULL, "the Runtime method called", NULL},
     {"__doc__", get_doc, NULL, "the Runtime method's documentation", NULL},
     {NULL, NULL, NULL, NULL, NULL},

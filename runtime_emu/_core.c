@@ -15,22 +15,32 @@
  *           launch (device.LAUNCH) starts it when it has arrived and the stream is free, gives
  *           it to its pool, records its flow end, task row, queue depth and ground-truth row
  *           when it finishes, and advances the stream. A stream whose head is a Task (a copy,
- *           an event record or wait, a collective) is handed to Dispatch.advance.
+ *           an event record or wait, a collective) is handed to Dispatch.advance. try_launch
+ *           is aclrtLaunchKernel's common case (one host thread, room in the queue) in one
+ *           call; acl.rt.launch_kernel and Runtime.launch_kernel call it first.
+ *   Stream, HostThread
+ *           device.Stream's and host.HostThread's attributes as C fields (runtime_emu/state.py
+ *           uses these types whenever this module is built): the state a launch and a kernel's
+ *           lifecycle share, read and written here directly and by the Python modules as
+ *           attributes, so there is one copy of it and nothing to write back.
  *
- * The streams stay Python objects and stay the authority for their state (busy, pending,
- * queue, launches, last_*): this reads and writes their attributes, so every Python module
- * sees what it always saw. What is cached here is what cannot change while no Python code
- * runs (a stream's id, device and pools; a kernel's codes; the recording switches and the
- * recorder's buffers): the cache of switches and buffers is dropped at every call from Python
- * and after every call into Python.
+ * What is cached here is what cannot change while no Python code runs (a stream's device
+ * numbers and pools; a kernel's codes; the recording switches and the recorder's buffers):
+ * the cache of switches and buffers is dropped at every call from Python and after every call
+ * into Python. Other Python objects' attributes are read through their type's data descriptor,
+ * found once per type (attr_get).
  *
  * run_while(pred) calls `pred` only when something it can see may have changed: after a Python
- * callback, after a call into Python, or after a kernel finished (a stream's pending count
- * changed). The waits of the runtime read nothing else (a stream's pending count, a task's end,
- * an event, a thread's state), so the loop stops at the same event as calling it every time.
+ * callback, after a call into Python, or after a kernel finished and left its stream's pending
+ * count at zero or one below the stream's capacity. The waits of the runtime read nothing else
+ * (a stream's pending count against zero or its capacity, a task's end, an event, a thread's
+ * state: dispatch.py, api_events.py, api_streams.py, host.py, hccl), and a kernel's finish only
+ * lowers its stream's pending count by one, so the loop stops at the same event as calling the
+ * predicate every time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -42,10 +52,15 @@ enum { W_TASK = 16, W_FLOW = 9, W_COUNTER = 9, W_TRUTH = 15, W_LAUNCH = 6 };
 enum { CAUSE_LAUNCH, CAUSE_EVENT, CAUSE_COPY, CAUSE_STREAM, CAUSE_CORES, NCAUSE };
 static const char *CAUSE_TEXT[NCAUSE] = {"launch", "event", "copy", "stream", "cores"};
 
+static PyObject *GETCURRENT; /* greenlet.getcurrent */
+/* greenlet's C API PyGreenlet_GetCurrent (greenlet.h: entry 4 of the capsule greenlet._C_API), when
+ * it answers as greenlet.getcurrent does; NULL: that function is called */
+static PyObject *(*greenlet_current)(void);
 static PyObject *S_busy, *S_queue, *S_launches, *S_launches_at, *S_pending, *S_last_end_ns, *S_last_kind,
-    *S_last_cause, *S_last_producer, *S_last_record, *S_id, *S_priority, *S_qcode, *S_device, *S_rank, *S_pid,
+    *S_last_cause, *S_last_producer, *S_last_record, *S_capacity, *S_clock, *S_busy_from, *S_named, *S_step, *S_tid, *S_default_stream,
+    *S_finished, *S_running, *S_live, *S_corr, *S_destroyed, *S_threads, *S_rt, *S_id, *S_priority, *S_qcode, *S_device, *S_rank, *S_pid,
     *S_pools, *S_cube, *S_vector, *S_name, *S_block_ns, *S_core, *S_task_type, *S_op_type, *S_task_time,
-    *S_runtime_api, *S_tasks, *S_flows, *S_counters, *S_strings, *S_switches, *S_cuts, *S_due, *S_cut,
+    *S_runtime_api, *S_tasks, *S_apis, *S_flows, *S_counters, *S_strings, *S_switches, *S_cuts, *S_due, *S_cut,
     *S_advance, *S_popleft, *S_append, *S_launch_api, *S_launch_kind, *S_queue_full, *S_kernel, *S_wait, *S_memcpy, *S_empty, *S_AI_CORE, *S_AI_VECTOR_CORE,
     *S_cause_text[NCAUSE];
 
@@ -70,7 +85,7 @@ typedef struct {
     struct Core *core; /* borrowed: the Core running this engine's kernels (it owns the engine) */
 } Engine;
 
-static PyTypeObject EngineType, PoolType, CoreType;
+static PyTypeObject EngineType, PoolType, CoreType, StreamType, ThreadType;
 
 static inline int before(const Entry *a, const Entry *b) {
     return a->t < b->t || (a->t == b->t && a->seq < b->seq);
@@ -133,27 +148,35 @@ typedef struct {
 
 typedef struct Pool Pool;
 
+/* A stream (device.Stream's attributes, Python sees them as members): the state the host's
+ * launches and the kernels' lifecycle share, read and written here without a Python object in
+ * between. The rest is what this core looks up once (the stream's device never changes). */
 typedef struct {
-    PyObject *stream; /* owned */
-    int64_t id, rank, dev_id, pid, qcode, priority;
-    Pool *pools[2];     /* owned: cube, vector */
-    PyObject *queue;    /* owned: stream.queue (never replaced) */
-    PyObject *popleft;  /* owned: its bound popleft */
-    PyObject *append;   /* owned: its bound append */
-    PyObject *launches; /* owned: stream.launches as last seen or set here */
-    /* The stream's state as of `gen` (Engine.pygen): loaded from the stream when first needed,
-       changed here, written back (`dirty`) before Python code runs. */
-    uint64_t gen;
-    int dirty, busy;
-    int64_t last_end_ns, last_record, launches_at;
-    PyObject *last_kind, *last_cause, *last_producer; /* owned */
-} SInfo;
+    PyObject_HEAD
+    int64_t id, priority, pending, capacity, last_end_ns, last_record, qcode, launches_at;
+    char busy, destroyed;
+    PyObject *device, *queue, *launches, *last_kind, *last_cause, *last_producer; /* owned */
+    /* the core's: the device's rank, id, process and pools, filled when the core first needs them */
+    int known;
+    int64_t rank, dev_id, pid;
+    Pool *pools[2]; /* owned: cube, vector */
+} Stream;
+
+/* A host thread (host.HostThread's attributes): the calling thread's clock and what a launch
+ * records of it. `step` is None or an int, kept as has_step and step; `device` is None or a
+ * Device, whose id is kept beside it (it never changes). */
+typedef struct {
+    PyObject_HEAD
+    int64_t tid, clock, rank, busy_from, step, dev_id;
+    char named, has_step;
+    PyObject *glet, *state, *pred, *what, *error, *device, *name; /* owned; pred, error, device may be None */
+} Thread;
 
 typedef struct {
     int64_t corr, launch, arrive, ready, start, step, qblocked, record;
     int64_t blocks, remaining, cores, waves;
     KInfo *k;
-    SInfo *s;
+    Stream *s; /* owned */
     int cause;
     PyObject *producer; /* owned */
     int32_t next_free;
@@ -198,20 +221,28 @@ struct Core {
     /* cached as of `gen` (Engine.pygen) */
     uint64_t gen;
     int cached, task_time, runtime_api;
-    PyObject *tasks, *flows, *counters, *strings, *cuts; /* owned while cached */
-    int64_t truth_fixed[NCAUSE + 1]; /* codes of the causes and of "kernel"; -1: not yet */
+    PyObject *tasks, *flows, *counters, *cuts; /* owned while cached */
+    PyObject *switches;                        /* owned: recorder.switches (changed in place, never replaced) */
+    int64_t truth_fixed[NCAUSE + 2]; /* codes of the causes, "kernel" and ""; -1: not yet */
     PyObject *codes;                 /* owned: recorder.strings (a recorder keeps its table) */
     int64_t launch_api, launch_kind, queue_full; /* their codes in it; -1: not yet */
     KInfo *kinfo;
     Py_ssize_t nk, capk;
-    SInfo *sinfo;
-    Py_ssize_t ns, caps;
-    Map kmap, smap;
+    Map kmap;
     KTask *tasks_slab;
     Py_ssize_t ntasks, captasks;
     int32_t free_slot;
     int64_t live; /* kernel tasks between start of the stream's turn and finish */
-    int any_dirty; /* a stream's state changed here since the last write-back */
+    int64_t corr; /* correlation id of the latest task (Dispatch.next_corr) */
+    char closed;          /* the runtime finished (Runtime.finish sets it) */
+    int64_t threads_live; /* host threads not done (host.Coordinator keeps it) */
+    /* try_launch: the launch path of host.Coordinator, Runtime._enter and Dispatch.launch_kernel */
+    PyObject *coord;       /* owned: host.Coordinator (its live thread count) */
+    PyObject *threads;     /* owned: coord.threads, greenlet -> HostThread (never replaced, never emptied) */
+    PyObject *kernel_type; /* owned: device.Kernel */
+    PyObject *last_glet;   /* owned: the greenlet of the latest try_launch, and */
+    PyObject *last_thread; /* owned: its HostThread (an entry of `threads`, so it stays its) */
+    int64_t launch_overhead, dispatch_latency;
 };
 
 /* ---------------------------------------------------------------- a pointer -> index map */
@@ -254,8 +285,74 @@ static int map_put(Map *m, void *key, Py_ssize_t index) {
 
 /* ---------------------------------------------------------------- attribute helpers */
 
+/* Reading and writing the Python objects' attributes. PyObject_GetAttr finds a data
+ * descriptor on the object's type (the getset of a compiled class's attribute, the member of
+ * a __slots__ one) and calls it, boxing and looking up on the way: about 180 instructions, a
+ * dozen of them per kernel. This caches the descriptor per (type, name), the way CPython's own
+ * method cache does (keyed on the type's version tag, which changes whenever the type does, so
+ * no reference to the type is held), and calls its C getter or setter directly: the same
+ * result, since a data descriptor on the type takes precedence over everything else a
+ * generic getattr would look at. Anything else (another kind of descriptor, a type with its own
+ * __getattribute__ or __setattr__, no version tag) takes the generic call. `name` must live as
+ * long as the process: the interned S_* strings. */
+typedef struct {
+    PyTypeObject *type; /* not owned: valid while the type's version tag is `version` */
+    PyObject *name;
+    unsigned int version;
+    PyGetSetDef *gs; /* one of these two, or neither: the generic call */
+    PyMemberDef *mb;
+} AttrSlot;
+
+#define ATTR_SLOTS 512
+static AttrSlot attr_cache[ATTR_SLOTS];
+
+static inline size_t attr_hash(PyTypeObject *t, PyObject *name) {
+    return (size_t)(((((uintptr_t)t) >> 4) ^ (((uintptr_t)name) >> 3)) * 11400714819323198485ull >> 55) &
+           (ATTR_SLOTS - 1);
+}
+
+/* The slot for (type of o, name), filled if it was not current; NULL: use the generic call. */
+static AttrSlot *attr_slot(PyObject *o, PyObject *name) {
+    PyTypeObject *t = Py_TYPE(o);
+    AttrSlot *a = &attr_cache[attr_hash(t, name)];
+    if (a->type == t && a->name == name && a->version == t->tp_version_tag &&
+        (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return a->gs != NULL || a->mb != NULL ? a : NULL;
+    if (t->tp_getattro != PyObject_GenericGetAttr || t->tp_setattro != PyObject_GenericSetAttr) return NULL;
+    PyObject *d = _PyType_Lookup(t, name); /* borrowed; gives the type a version tag */
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return NULL;
+    a->type = t;
+    a->name = name;
+    a->version = t->tp_version_tag;
+    a->gs = NULL;
+    a->mb = NULL;
+    if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get != NULL &&
+        ((PyGetSetDescrObject *)d)->d_getset->set != NULL)
+        a->gs = ((PyGetSetDescrObject *)d)->d_getset;
+    else if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+             !(((PyMemberDescrObject *)d)->d_member->flags & READONLY))
+        a->mb = ((PyMemberDescrObject *)d)->d_member;
+    return a->gs != NULL || a->mb != NULL ? a : NULL;
+}
+
+/* o.name, a new reference (NULL: an error is set) */
+static PyObject *attr_get(PyObject *o, PyObject *name) {
+    AttrSlot *a = attr_slot(o, name);
+    if (a == NULL) return PyObject_GetAttr(o, name);
+    if (a->gs != NULL) return a->gs->get(o, a->gs->closure);
+    return PyMember_GetOne((const char *)o, a->mb);
+}
+
+/* o.name = v */
+static int attr_set(PyObject *o, PyObject *name, PyObject *v) {
+    AttrSlot *a = attr_slot(o, name);
+    if (a == NULL) return PyObject_SetAttr(o, name, v);
+    if (a->gs != NULL) return a->gs->set(o, v, a->gs->closure);
+    return PyMember_SetOne((char *)o, a->mb, v);
+}
+
 static int get_i64(PyObject *o, PyObject *name, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = attr_get(o, name);
     if (v == NULL) return -1;
     *out = PyLong_AsLongLong(v);
     Py_DECREF(v);
@@ -265,17 +362,33 @@ static int get_i64(PyObject *o, PyObject *name, int64_t *out) {
 static int set_i64(PyObject *o, PyObject *name, int64_t value) {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
-    int r = PyObject_SetAttr(o, name, v);
+    int r = attr_set(o, name, v);
     Py_DECREF(v);
     return r;
 }
 
 static int get_bool(PyObject *o, PyObject *name, int *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = attr_get(o, name);
     if (v == NULL) return -1;
-    *out = PyObject_IsTrue(v);
+    *out = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
     Py_DECREF(v);
     return *out < 0 ? -1 : 0;
+}
+
+/* The bytearray `buf` (nothing viewing it) at `size` bytes, with room for as many again: the
+ * row buffers grow by doubling, where a bytearray grows by an eighth, each time copied to its
+ * new place (half of a kernel's device-side instructions went to those copies). Appends write
+ * into the room in place (below); the bytearray itself never gives it back, since it only
+ * shrinks when resized to less than half its room, which nothing does to a row buffer. */
+static int grow(PyObject *buf, Py_ssize_t size) {
+    PyByteArrayObject *b = (PyByteArrayObject *)buf;
+    Py_ssize_t room = size < 4096 || b->ob_exports != 0 || size > PY_SSIZE_T_MAX / 2 ? size : 2 * size;
+    if (PyByteArray_Resize(buf, room) < 0) return -1;
+    if (room != size) {
+        Py_SET_SIZE(buf, size);
+        b->ob_bytes[size] = '\0';
+    }
+    return 0;
 }
 
 /* `width` int64s appended to the bytearray `buf` */
@@ -285,9 +398,63 @@ static int append(PyObject *buf, const int64_t *values, Py_ssize_t width) {
         return -1;
     }
     Py_ssize_t len = PyByteArray_GET_SIZE(buf), add = width * 8;
-    if (PyByteArray_Resize(buf, len + add) < 0) return -1;
+    PyByteArrayObject *b = (PyByteArrayObject *)buf;
+    if (b->ob_exports == 0 && b->ob_start == b->ob_bytes && b->ob_bytes != NULL && len + add < b->ob_alloc) {
+        /* room in what it has (a bytearray grows by an eighth at a time): written in place, as
+         * PyByteArray_Resize would after its checks; nothing views the buffer, nothing moves */
+        memcpy(b->ob_bytes + len, values, (size_t)add);
+        Py_SET_SIZE(buf, len + add);
+        b->ob_bytes[len + add] = '\0';
+        return 0;
+    }
+    if (grow(buf, len + add) < 0) return -1;
     memcpy(PyByteArray_AS_STRING(buf) + len, values, (size_t)add);
     return 0;
+}
+
+/* A stream's queue is a collections.deque: its append, popleft and length are called as the C
+ * functions they are (found once, at import), not through a bound method's call. */
+static PyTypeObject *deque_type;
+static PyCFunction deque_append_fn, deque_popleft_fn;
+
+static PyCFunction method_of(PyTypeObject *type, const char *name, int flags) {
+    PyObject *key = PyUnicode_InternFromString(name);
+    if (key == NULL) return NULL;
+    PyObject *d = _PyType_Lookup(type, key);
+    Py_DECREF(key);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMethodDescr_Type)) return NULL;
+    PyMethodDef *m = ((PyMethodDescrObject *)d)->d_method;
+    return (m->ml_flags & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O | METH_KEYWORDS)) == flags ? m->ml_meth
+                                                                                                          : NULL;
+}
+
+static int find_deque(void) {
+    PyObject *mod = PyImport_ImportModule("collections");
+    if (mod == NULL) return -1;
+    PyObject *t = PyObject_GetAttrString(mod, "deque");
+    Py_DECREF(mod);
+    if (t == NULL) return -1;
+    if (!PyType_Check(t)) {
+        Py_DECREF(t);
+        PyErr_SetString(PyExc_TypeError, "collections.deque is not a type");
+        return -1;
+    }
+    deque_type = (PyTypeObject *)t; /* kept for the life of the process */
+    deque_append_fn = method_of(deque_type, "append", METH_O);
+    deque_popleft_fn = method_of(deque_type, "popleft", METH_NOARGS);
+    return 0;
+}
+
+static inline Py_ssize_t q_len(PyObject *q) { return Py_IS_TYPE(q, deque_type) ? Py_SIZE(q) : PyObject_Size(q); }
+
+static inline PyObject *q_popleft(PyObject *q) {
+    return deque_popleft_fn != NULL && Py_IS_TYPE(q, deque_type) ? deque_popleft_fn(q, NULL)
+                                                                   : PyObject_CallMethodNoArgs(q, S_popleft);
+}
+
+static inline PyObject *q_append(PyObject *q, PyObject *x) {
+    return deque_append_fn != NULL && Py_IS_TYPE(q, deque_type) ? deque_append_fn(q, x)
+                                                                  : PyObject_CallMethodOneArg(q, S_append, x);
 }
 
 /* a text's code in a StringCodes (a new text gets the next code, through its __missing__) */
@@ -305,24 +472,19 @@ static void core_drop_cache(Core *c) {
     Py_CLEAR(c->tasks);
     Py_CLEAR(c->flows);
     Py_CLEAR(c->counters);
-    Py_CLEAR(c->strings);
     Py_CLEAR(c->cuts);
     c->cached = 0;
 }
 
+/* The recording switches and buffers and the cut policy, as of the latest call from or into
+ * Python (which may have flipped a switch, taken the buffers or ended the streaming). */
 static int core_fresh(Core *c) {
     if (c->cached && c->gen == c->engine->pygen) return 0;
     core_drop_cache(c);
-    PyObject *sw = PyObject_GetAttr(c->recorder, S_switches);
-    if (sw == NULL) return -1;
-    int r = get_bool(sw, S_task_time, &c->task_time) || get_bool(sw, S_runtime_api, &c->runtime_api);
-    Py_DECREF(sw);
-    if (r) return -1;
-    if ((c->tasks = PyObject_GetAttr(c->recorder, S_tasks)) == NULL ||
-        (c->flows = PyObject_GetAttr(c->recorder, S_flows)) == NULL ||
-        (c->counters = PyObject_GetAttr(c->recorder, S_counters)) == NULL ||
-        (c->strings = PyObject_GetAttr(c->recorder, S_strings)) == NULL ||
-        (c->cuts = PyObject_GetAttr(c->dispatch, S_cuts)) == NULL) {
+    if (get_bool(c->switches, S_task_time, &c->task_time) || get_bool(c->switches, S_runtime_api, &c->runtime_api) ||
+        (c->tasks = attr_get(c->recorder, S_tasks)) == NULL || (c->flows = attr_get(c->recorder, S_flows)) == NULL ||
+        (c->counters = attr_get(c->recorder, S_counters)) == NULL ||
+        (c->cuts = attr_get(c->dispatch, S_cuts)) == NULL) {
         core_drop_cache(c);
         return -1;
     }
@@ -331,49 +493,7 @@ static int core_fresh(Core *c) {
     return 0;
 }
 
-/* ---------------------------------------------------------------- the streams' state */
-
-static int stream_load(SInfo *s, uint64_t gen) {
-    PyObject *stream = s->stream;
-    Py_CLEAR(s->last_kind);
-    Py_CLEAR(s->last_cause);
-    Py_CLEAR(s->last_producer);
-    if (get_bool(stream, S_busy, &s->busy) || get_i64(stream, S_last_end_ns, &s->last_end_ns) ||
-        get_i64(stream, S_last_record, &s->last_record) || get_i64(stream, S_launches_at, &s->launches_at) ||
-        (s->last_kind = PyObject_GetAttr(stream, S_last_kind)) == NULL ||
-        (s->last_cause = PyObject_GetAttr(stream, S_last_cause)) == NULL ||
-        (s->last_producer = PyObject_GetAttr(stream, S_last_producer)) == NULL)
-        return -1;
-    s->gen = gen;
-    s->dirty = 0;
-    return 0;
-}
-
-static int stream_store(SInfo *s) {
-    PyObject *stream = s->stream;
-    if (PyObject_SetAttr(stream, S_busy, s->busy ? Py_True : Py_False) < 0 ||
-        set_i64(stream, S_last_end_ns, s->last_end_ns) || set_i64(stream, S_last_record, s->last_record) ||
-        set_i64(stream, S_launches_at, s->launches_at) || PyObject_SetAttr(stream, S_last_kind, s->last_kind) < 0 ||
-        PyObject_SetAttr(stream, S_last_cause, s->last_cause) < 0 ||
-        PyObject_SetAttr(stream, S_last_producer, s->last_producer) < 0)
-        return -1;
-    s->dirty = 0;
-    return 0;
-}
-
-/* Before Python code runs: the streams changed here are written back. */
-static int core_flush(Core *c) {
-    if (!c->any_dirty) return 0;
-    int r = 0;
-    for (Py_ssize_t i = 0; i < c->ns; i++) {
-        SInfo *s = &c->sinfo[i];
-        if (s->dirty && stream_store(s) < 0) r = -1;
-    }
-    c->any_dirty = 0;
-    return r;
-}
-
-static inline int flush(Engine *e) { return e->core != NULL ? core_flush(e->core) : 0; }
+/* ---------------------------------------------------------------- the streams */
 
 /* After Python code ran: what was cached may be stale, and a wait may be over. */
 static inline void into_python(Engine *e) {
@@ -381,65 +501,43 @@ static inline void into_python(Engine *e) {
     e->dirty = 1;
 }
 
-/* The stream's info (what never changes), its state as it was when last loaded. */
-static SInfo *stream_meta(Core *c, PyObject *stream) {
-    Py_ssize_t i = map_find(&c->smap, stream);
-    if (i >= 0) return &c->sinfo[i];
-    if (c->ns == c->caps) {
-        Py_ssize_t cap = c->caps ? 2 * c->caps : 16;
-        SInfo *a = PyMem_Realloc(c->sinfo, (size_t)cap * sizeof(SInfo));
-        if (a == NULL) return (SInfo *)PyErr_NoMemory();
-        /* tasks point into the array: re-point them */
-        for (Py_ssize_t t = 0; t < c->ntasks; t++)
-            if (c->tasks_slab[t].s != NULL) c->tasks_slab[t].s = a + (c->tasks_slab[t].s - c->sinfo);
-        c->sinfo = a;
-        c->caps = cap;
-    }
-    SInfo *s = &c->sinfo[c->ns];
-    memset(s, 0, sizeof(*s));
-    PyObject *dev = NULL, *pools = NULL;
-    if (get_i64(stream, S_id, &s->id) || get_i64(stream, S_priority, &s->priority) ||
-        get_i64(stream, S_qcode, &s->qcode) || (dev = PyObject_GetAttr(stream, S_device)) == NULL ||
-        get_i64(dev, S_rank, &s->rank) || get_i64(dev, S_id, &s->dev_id) || get_i64(dev, S_pid, &s->pid) ||
-        (pools = PyObject_GetAttr(dev, S_pools)) == NULL || (s->queue = PyObject_GetAttr(stream, S_queue)) == NULL ||
-        (s->popleft = PyObject_GetAttr(s->queue, S_popleft)) == NULL ||
-        (s->append = PyObject_GetAttr(s->queue, S_append)) == NULL ||
-        (s->launches = PyObject_GetAttr(stream, S_launches)) == NULL)
-        goto fail;
+/* The stream, its device's numbers and pools looked up the first time this core needs them. */
+static Stream *stream_known(Core *c, Stream *s) {
+    if (s->known) return s;
+    PyObject *pools = NULL;
+    if (get_i64(s->device, S_rank, &s->rank) || get_i64(s->device, S_id, &s->dev_id) ||
+        get_i64(s->device, S_pid, &s->pid) || (pools = attr_get(s->device, S_pools)) == NULL)
+        return NULL;
+    Pool *found[2] = {NULL, NULL};
     for (int v = 0; v < 2; v++) {
         PyObject *p = PyObject_GetItem(pools, v ? S_vector : S_cube);
         if (p == NULL) goto fail;
+        found[v] = (Pool *)p;
         if (!PyObject_TypeCheck(p, &PoolType) || ((Pool *)p)->core != c) {
-            Py_DECREF(p);
             PyErr_SetString(PyExc_TypeError, "runtime_emu._core: a stream's device has pools of another core");
             goto fail;
         }
-        s->pools[v] = (Pool *)p;
     }
-    Py_CLEAR(dev);
-    Py_CLEAR(pools);
-    s->gen = UINT64_MAX; /* its state is loaded when first needed */
-    if (map_put(&c->smap, stream, c->ns) < 0) goto fail;
-    s->stream = stream;
-    Py_INCREF(stream);
-    return &c->sinfo[c->ns++];
+    Py_DECREF(pools);
+    Py_XSETREF(s->pools[0], found[0]);
+    Py_XSETREF(s->pools[1], found[1]);
+    s->known = 1;
+    return s;
 fail:
-    Py_XDECREF(dev);
     Py_XDECREF(pools);
-    Py_CLEAR(s->pools[0]);
-    Py_CLEAR(s->pools[1]);
-    Py_CLEAR(s->queue);
-    Py_CLEAR(s->popleft);
-    Py_CLEAR(s->append);
-    Py_CLEAR(s->launches);
+    Py_XDECREF(found[0]);
+    Py_XDECREF(found[1]);
     return NULL;
 }
 
-/* The stream's info and state, its state loaded if it is not current. */
-static SInfo *stream_info(Core *c, PyObject *stream) {
-    SInfo *s = stream_meta(c, stream);
-    if (s != NULL && s->gen != c->engine->pygen && stream_load(s, c->engine->pygen) < 0) return NULL;
-    return s;
+/* `o` as a Stream this core can run, or NULL with TypeError. */
+static Stream *as_stream(Core *c, PyObject *o) {
+    if (!Py_IS_TYPE(o, &StreamType)) {
+        PyErr_Format(PyExc_TypeError, "runtime_emu._core: a stream must be a runtime_emu._core.Stream, got %.100s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return stream_known(c, (Stream *)o);
 }
 
 static KInfo *kernel_info(Core *c, PyObject *kernel) {
@@ -456,7 +554,7 @@ static KInfo *kernel_info(Core *c, PyObject *kernel) {
     }
     KInfo *k = &c->kinfo[c->nk];
     PyObject *core = NULL;
-    if (get_i64(kernel, S_block_ns, &k->block_ns) || (core = PyObject_GetAttr(kernel, S_core)) == NULL) {
+    if (get_i64(kernel, S_block_ns, &k->block_ns) || (core = attr_get(kernel, S_core)) == NULL) {
         Py_XDECREF(core);
         return NULL;
     }
@@ -476,17 +574,17 @@ static KInfo *kernel_info(Core *c, PyObject *kernel) {
 static int kernel_codes(Core *c, KInfo *k) {
     PyObject *name = NULL, *ttype = NULL, *op = NULL;
     int r = -1;
-    if ((name = PyObject_GetAttr(k->kernel, S_name)) == NULL ||
-        (ttype = PyObject_GetAttr(k->kernel, S_task_type)) == NULL ||
-        (op = PyObject_GetAttr(k->kernel, S_op_type)) == NULL)
+    if ((name = attr_get(k->kernel, S_name)) == NULL ||
+        (ttype = attr_get(k->kernel, S_task_type)) == NULL ||
+        (op = attr_get(k->kernel, S_op_type)) == NULL)
         goto done;
     int has_type = PyObject_IsTrue(ttype), has_op = PyObject_IsTrue(op);
     if (has_type < 0 || has_op < 0) goto done;
-    int64_t t = code_of(c->strings, has_type ? ttype : (k->vector ? S_AI_VECTOR_CORE : S_AI_CORE));
+    int64_t t = code_of(c->codes, has_type ? ttype : (k->vector ? S_AI_VECTOR_CORE : S_AI_CORE));
     if (t < 0) goto done;
-    int64_t n = code_of(c->strings, name);
+    int64_t n = code_of(c->codes, name);
     if (n < 0) goto done;
-    int64_t o = code_of(c->strings, has_op ? op : name);
+    int64_t o = code_of(c->codes, has_op ? op : name);
     if (o < 0) goto done;
     k->name_code = n;
     k->type_code = t;
@@ -522,7 +620,7 @@ static void task_free(Core *c, int32_t slot) {
     KTask *t = &c->tasks_slab[slot];
     Py_CLEAR(t->producer);
     t->k = NULL;
-    t->s = NULL;
+    Py_CLEAR(t->s);
     t->next_free = c->free_slot;
     c->free_slot = slot;
 }
@@ -575,7 +673,7 @@ static void wait_pop(Pool *p) {
 
 /* ---------------------------------------------------------------- the kernel lifecycle */
 
-static int core_advance(Core *c, PyObject *stream);
+static int core_advance(Core *c, Stream *s);
 
 static int task_started(Core *c, KTask *t) {
     int64_t now = c->engine->now;
@@ -583,7 +681,7 @@ static int task_started(Core *c, KTask *t) {
     if (now > t->ready) t->cause = CAUSE_CORES;
     if (core_fresh(c) < 0) return -1;
     if (c->task_time && c->runtime_api) {
-        SInfo *s = t->s;
+        Stream *s = t->s;
         int64_t row[W_FLOW] = {s->rank, 1, now, s->pid, s->id, t->corr, s->dev_id, s->id, t->step};
         return append(c->flows, row, W_FLOW);
     }
@@ -592,23 +690,23 @@ static int task_started(Core *c, KTask *t) {
 
 static int64_t truth_fixed(Core *c, int which) {
     if (c->truth_fixed[which] < 0)
-        c->truth_fixed[which] = code_of(c->truth_codes, which == NCAUSE ? S_kernel : S_cause_text[which]);
+        c->truth_fixed[which] = code_of(c->truth_codes, which == NCAUSE     ? S_kernel
+                                                        : which > NCAUSE    ? S_empty
+                                                                            : S_cause_text[which]);
     return c->truth_fixed[which];
 }
 
 static int task_finished(Core *c, int32_t slot) {
     Engine *e = c->engine;
     KTask *t = &c->tasks_slab[slot];
-    SInfo *s = stream_info(c, t->s->stream); /* its state current */
-    if (s == NULL) return -1;
-    PyObject *stream = s->stream;
-    int64_t now = e->now, pending;
-    PyObject *gone = PyObject_CallNoArgs(s->popleft);
+    Stream *s = t->s;
+    int64_t now = e->now;
+    PyObject *gone = q_popleft(s->queue);
     if (gone == NULL) return -1;
     Py_DECREF(gone);
-    /* pending goes back at once: the host's waits read it */
-    if (get_i64(stream, S_pending, &pending) || set_i64(stream, S_pending, --pending)) return -1;
-    e->dirty = 1;
+    int64_t pending = --s->pending;
+    /* the only waits a kernel's finish can end: its stream drained, or its full queue has room */
+    if (pending == 0 || pending == s->capacity - 1) e->dirty = 1;
     PyObject *producer = t->producer != NULL ? t->producer : S_empty;
     s->busy = 0;
     s->last_end_ns = now;
@@ -619,13 +717,12 @@ static int task_finished(Core *c, int32_t slot) {
     Py_INCREF(producer);
     Py_SETREF(s->last_producer, producer);
     s->last_record = t->record;
-    s->dirty = c->any_dirty = 1;
     if (c->keep_truth) { /* codes in dispatch.py's order: kind, name, cause, producer */
         KInfo *k = t->k;
         int64_t kind = truth_fixed(c, NCAUSE);
         if (kind < 0) return -1;
         if (k->truth_name < 0) {
-            PyObject *name = PyObject_GetAttr(k->kernel, S_name);
+            PyObject *name = attr_get(k->kernel, S_name);
             if (name == NULL) return -1;
             k->truth_name = code_of(c->truth_codes, name);
             Py_DECREF(name);
@@ -633,7 +730,7 @@ static int task_finished(Core *c, int32_t slot) {
         }
         int64_t cause = truth_fixed(c, t->cause);
         if (cause < 0) return -1;
-        int64_t prod = code_of(c->truth_codes, producer);
+        int64_t prod = producer == S_empty ? truth_fixed(c, NCAUSE + 1) : code_of(c->truth_codes, producer);
         if (prod < 0) return -1;
         int64_t row[W_TRUTH] = {t->corr, s->rank, s->dev_id, s->id, kind, k->truth_name, t->launch, t->arrive,
                                 t->ready, t->start, now, cause, prod, t->qblocked, t->record ? t->record : NO_RECORD};
@@ -651,23 +748,20 @@ static int task_finished(Core *c, int32_t slot) {
             if (append(c->counters, crow, W_COUNTER) < 0) return -1;
         }
     }
-    Py_INCREF(stream);
+    Py_INCREF(s);
     task_free(c, slot);
     c->live--;
-    int r = core_advance(c, stream);
-    Py_DECREF(stream);
+    int r = core_advance(c, s);
+    Py_DECREF(s);
     if (r < 0) return -1;
     if (core_fresh(c) < 0) return -1;
     if (c->cuts != Py_None) {
         PyObject *cuts = c->cuts;
         Py_INCREF(cuts);
-        int go = core_flush(c);
-        if (go == 0) {
-            PyObject *due = PyObject_CallMethodNoArgs(cuts, S_due);
-            into_python(e);
-            go = due == NULL ? -1 : PyObject_IsTrue(due);
-            Py_XDECREF(due);
-        }
+        PyObject *due = PyObject_CallMethodNoArgs(cuts, S_due);
+        into_python(e);
+        int go = due == NULL ? -1 : PyObject_IsTrue(due);
+        Py_XDECREF(due);
         if (go > 0) {
             PyObject *done = PyObject_CallMethodNoArgs(cuts, S_cut);
             into_python(e);
@@ -745,27 +839,24 @@ static int pool_blocks_done(Pool *p, int32_t slot, int64_t count) {
 }
 
 /* Start the stream's head kernel if it can start now (Dispatch.advance for a packed launch). */
-static int core_advance(Core *c, PyObject *stream) {
+static int core_advance(Core *c, Stream *s) {
     Engine *e = c->engine;
-    SInfo *s = stream_info(c, stream);
-    if (s == NULL) return -1;
     if (s->busy) return 0;
-    Py_ssize_t n = PyObject_Size(s->queue);
+    Py_ssize_t n = q_len(s->queue);
     if (n <= 0) return (int)n;
     PyObject *head = PySequence_GetItem(s->queue, 0);
     if (head == NULL) return -1;
     if (PyObject_TypeCheck(head, (PyTypeObject *)c->task_type)) {
         /* a Task: a copy, an event record or wait, a collective */
         Py_DECREF(head);
-        if (core_flush(c) < 0) return -1;
-        PyObject *r = PyObject_CallMethodOneArg(c->dispatch, S_advance, stream);
+        PyObject *r = PyObject_CallMethodOneArg(c->dispatch, S_advance, (PyObject *)s);
         into_python(e);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
     KInfo *k = kernel_info(c, head);
     Py_DECREF(head);
-    if (k == NULL) return -1;
+    if (k == NULL || stream_known(c, s) == NULL) return -1;
     PyObject *buf = s->launches;
     int64_t at = s->launches_at;
     Py_ssize_t len = PyByteArray_Check(buf) ? PyByteArray_GET_SIZE(buf) : -1;
@@ -777,14 +868,11 @@ static int core_advance(Core *c, PyObject *stream) {
     memcpy(f, PyByteArray_AS_STRING(buf) + at, sizeof f);
     int64_t now = e->now;
     if (f[4] > now) /* launched, still on its way to the device */
-        return heap_push(e, f[4], (PyObject *)c, stream, OP_WAKE, 0, 0);
+        return heap_push(e, f[4], (PyObject *)c, (PyObject *)s, OP_WAKE, 0, 0);
     at += W_LAUNCH * 8;
     if (at == len) { /* every packed launch has started: start afresh */
         PyObject *fresh = PyByteArray_FromStringAndSize(NULL, 0);
-        if (fresh == NULL || PyObject_SetAttr(stream, S_launches, fresh) < 0) {
-            Py_XDECREF(fresh);
-            return -1;
-        }
+        if (fresh == NULL) return -1;
         Py_SETREF(s->launches, fresh);
         at = 0;
     } else if (at >= (1 << 20) && 2 * at >= len) { /* a long backlog: drop what was read */
@@ -793,13 +881,12 @@ static int core_advance(Core *c, PyObject *stream) {
     }
     s->launches_at = at;
     s->busy = 1;
-    s->dirty = c->any_dirty = 1;
     int32_t slot = task_new(c);
     if (slot < 0) return -1;
     KTask *t = &c->tasks_slab[slot];
     memset(t, 0, sizeof(*t));
     t->k = k;
-    t->s = s;
+    t->s = (Stream *)Py_NewRef(s);
     t->blocks = f[0];
     t->corr = f[1];
     t->launch = f[2];
@@ -832,16 +919,13 @@ static int core_advance(Core *c, PyObject *stream) {
     return pool_submit(s->pools[k->vector], slot);
 }
 
-
 /* ================================================================== running entries */
 
 static int run_entry(Engine *e, Entry *it) {
     int r;
     switch (it->op) {
     case OP_PY: {
-        PyObject *res = NULL;
-        if (flush(e) == 0)
-            res = it->arg == NULL ? PyObject_CallNoArgs(it->fn) : PyObject_CallOneArg(it->fn, it->arg);
+        PyObject *res = it->arg == NULL ? PyObject_CallNoArgs(it->fn) : PyObject_CallOneArg(it->fn, it->arg);
         into_python(e);
         r = res == NULL ? -1 : 0;
         Py_XDECREF(res);
@@ -851,7 +935,7 @@ static int run_entry(Engine *e, Entry *it) {
         r = pool_blocks_done((Pool *)it->fn, it->slot, it->grant);
         break;
     default:
-        r = core_advance((Core *)it->fn, it->arg);
+        r = core_advance((Core *)it->fn, (Stream *)it->arg);
         break;
     }
     Py_XDECREF(it->fn);
@@ -947,15 +1031,8 @@ static PyObject *engine_next_time(Engine *e, PyObject *unused) {
     return PyLong_FromLongLong(e->heap[0].t);
 }
 
-/* Every call from Python starts with fresh Python state and ends with the streams' state
-   written back (also on an error: the state is whatever the program would see). */
-static PyObject *leave(Engine *e, PyObject *result) {
-    if (flush(e) < 0) {
-        Py_XDECREF(result);
-        return NULL;
-    }
-    return result;
-}
+/* Every call from Python starts afresh: Python code may have changed what was cached. */
+static inline PyObject *leave(Engine *e, PyObject *result) { return result; }
 
 static PyObject *engine_step(Engine *e, PyObject *unused) {
     if (e->n == 0) {
@@ -1003,7 +1080,6 @@ static PyObject *engine_run_while(Engine *e, PyObject *pred) {
         if (++count == PULSE_EVENTS) {
             count = 0;
             if (e->pulse != Py_None) {
-                if (flush(e) < 0) goto done;
                 PyObject *pulse = Py_NewRef(e->pulse);
                 PyObject *r = PyObject_CallNoArgs(pulse);
                 Py_DECREF(pulse);
@@ -1157,44 +1233,283 @@ static PyTypeObject PoolType = {
     .tp_getset = pool_getset,
 };
 
+/* ================================================================== streams and host threads */
+
+/* Stream(stream_id, device, priority, capacity): device.Stream's attributes, as members. */
+static PyObject *stream_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"stream_id", "device", "priority", "capacity", NULL};
+    long long id, priority, capacity;
+    PyObject *device;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOLL:Stream", names, &id, &device, &priority, &capacity)) return NULL;
+    PyObject *queue = PyObject_CallNoArgs((PyObject *)deque_type);
+    PyObject *launches = queue == NULL ? NULL : PyByteArray_FromStringAndSize(NULL, 0);
+    Stream *s = launches == NULL ? NULL : (Stream *)type->tp_alloc(type, 0);
+    if (s == NULL) {
+        Py_XDECREF(queue);
+        Py_XDECREF(launches);
+        return NULL;
+    }
+    s->id = id;
+    s->device = Py_NewRef(device);
+    s->priority = priority;
+    s->queue = queue;       /* FIFO of the stream's tasks: a Task, or the Kernel of a packed launch */
+    s->launches = launches; /* the packed launches' numbers (device.LAUNCH rows), from launches_at */
+    s->capacity = capacity;
+    s->last_end_ns = -1;
+    s->last_kind = Py_NewRef(S_empty);
+    s->last_cause = Py_NewRef(S_empty);
+    s->last_producer = Py_NewRef(S_empty);
+    s->qcode = -1;
+    return (PyObject *)s;
+}
+
+static int stream_traverse(Stream *s, visitproc visit, void *arg) {
+    Py_VISIT(s->device);
+    Py_VISIT(s->queue);
+    Py_VISIT(s->launches);
+    Py_VISIT(s->last_kind);
+    Py_VISIT(s->last_cause);
+    Py_VISIT(s->last_producer);
+    Py_VISIT(s->pools[0]);
+    Py_VISIT(s->pools[1]);
+    return 0;
+}
+
+static int stream_clear(Stream *s) {
+    Py_CLEAR(s->device);
+    Py_CLEAR(s->queue);
+    Py_CLEAR(s->launches);
+    Py_CLEAR(s->last_kind);
+    Py_CLEAR(s->last_cause);
+    Py_CLEAR(s->last_producer);
+    Py_CLEAR(s->pools[0]);
+    Py_CLEAR(s->pools[1]);
+    s->known = 0;
+    return 0;
+}
+
+static void stream_dealloc(Stream *s) {
+    PyObject_GC_UnTrack(s);
+    stream_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+#define MEMBER(type, field, kind, doc) {#field, kind, offsetof(type, field), 0, doc}
+
+static PyMemberDef stream_members[] = {
+    MEMBER(Stream, id, T_LONGLONG, "the stream's id on its device"),
+    MEMBER(Stream, device, T_OBJECT_EX, "its Device"),
+    MEMBER(Stream, priority, T_LONGLONG, "0 (highest) .. 7"),
+    MEMBER(Stream, queue, T_OBJECT_EX, "deque: a Task, or the Kernel of a packed launch not reached yet"),
+    MEMBER(Stream, launches, T_OBJECT_EX, "bytearray: the packed launches' numbers (device.LAUNCH rows)"),
+    MEMBER(Stream, launches_at, T_LONGLONG, "byte offset of the next packed launch in launches"),
+    MEMBER(Stream, busy, T_BOOL, "running its head task"),
+    MEMBER(Stream, pending, T_LONGLONG, "launched by the host and not yet retired"),
+    MEMBER(Stream, capacity, T_LONGLONG, "tasks the queue holds before a launch blocks"),
+    MEMBER(Stream, destroyed, T_BOOL, "aclrtDestroyStream was called"),
+    MEMBER(Stream, last_end_ns, T_LONGLONG, "when the task that finished last ended (-1: none yet)"),
+    MEMBER(Stream, last_kind, T_OBJECT_EX, "its kind"),
+    MEMBER(Stream, last_cause, T_OBJECT_EX, "why it started when it did"),
+    MEMBER(Stream, last_producer, T_OBJECT_EX, "what ran before the record it waited for, if it did"),
+    MEMBER(Stream, last_record, T_LONGLONG, "the `record` of the task that finished last"),
+    MEMBER(Stream, qcode, T_LONGLONG, "recorder string code of the stream's queue-depth counter"),
+    {NULL}};
+
+static PyTypeObject StreamType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime_emu._core.Stream",
+    .tp_doc = "Stream(stream_id, device, priority, capacity): an emulated stream (device.Stream, in C).",
+    .tp_basicsize = sizeof(Stream),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = stream_new,
+    .tp_dealloc = (destructor)stream_dealloc,
+    .tp_traverse = (traverseproc)stream_traverse,
+    .tp_clear = (inquiry)stream_clear,
+    .tp_members = stream_members,
+};
+
+/* HostThread(glet, tid, clock, rank=0): host.HostThread's attributes. */
+static PyObject *thread_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"glet", "tid", "clock", "rank", NULL};
+    long long tid, clock, rank = 0;
+    PyObject *glet;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OLL|L:HostThread", names, &glet, &tid, &clock, &rank)) return NULL;
+    PyObject *name = PyUnicode_FromFormat("Thread %lld", tid);
+    Thread *t = name == NULL ? NULL : (Thread *)type->tp_alloc(type, 0);
+    if (t == NULL) {
+        Py_XDECREF(name);
+        return NULL;
+    }
+    t->glet = Py_NewRef(glet);
+    t->tid = tid;
+    t->clock = clock;
+    t->state = Py_NewRef(S_running);
+    t->pred = Py_NewRef(Py_None);
+    t->what = Py_NewRef(S_empty);
+    t->error = Py_NewRef(Py_None);
+    t->device = Py_NewRef(Py_None);
+    t->dev_id = NUL;
+    t->rank = rank;
+    t->name = name;
+    t->busy_from = clock; /* the clock when the thread's latest runtime call began */
+    return (PyObject *)t;
+}
+
+static int thread_traverse(Thread *t, visitproc visit, void *arg) {
+    Py_VISIT(t->glet);
+    Py_VISIT(t->state);
+    Py_VISIT(t->pred);
+    Py_VISIT(t->what);
+    Py_VISIT(t->error);
+    Py_VISIT(t->device);
+    Py_VISIT(t->name);
+    return 0;
+}
+
+static int thread_clear(Thread *t) {
+    Py_CLEAR(t->glet);
+    Py_CLEAR(t->state);
+    Py_CLEAR(t->pred);
+    Py_CLEAR(t->what);
+    Py_CLEAR(t->error);
+    Py_CLEAR(t->device);
+    Py_CLEAR(t->name);
+    return 0;
+}
+
+static void thread_dealloc(Thread *t) {
+    PyObject_GC_UnTrack(t);
+    thread_clear(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyObject *thread_get_step(Thread *t, void *closure) {
+    return t->has_step ? PyLong_FromLongLong(t->step) : Py_NewRef(Py_None);
+}
+
+static int thread_set_step(Thread *t, PyObject *v, void *closure) {
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "step cannot be deleted");
+        return -1;
+    }
+    if (v == Py_None) {
+        t->has_step = 0;
+        return 0;
+    }
+    long long step = PyLong_AsLongLong(v);
+    if (step == -1 && PyErr_Occurred()) return -1;
+    t->step = step;
+    t->has_step = 1;
+    return 0;
+}
+
+static PyObject *thread_get_device(Thread *t, void *closure) { return Py_NewRef(t->device); }
+
+static int thread_set_device(Thread *t, PyObject *v, void *closure) {
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "device cannot be deleted");
+        return -1;
+    }
+    int64_t id = NUL;
+    if (v != Py_None && get_i64(v, S_id, &id)) return -1;
+    Py_SETREF(t->device, Py_NewRef(v));
+    t->dev_id = id;
+    return 0;
+}
+
+static PyGetSetDef thread_getset[] = {
+    {"step", (getter)thread_get_step, (setter)thread_set_step, "the step it is in (None: none)", NULL},
+    {"device", (getter)thread_get_device, (setter)thread_set_device, "its current Device, or None", NULL},
+    {NULL}};
+
+static PyMemberDef thread_members[] = {
+    MEMBER(Thread, glet, T_OBJECT_EX, "its greenlet"),
+    MEMBER(Thread, tid, T_LONGLONG, "thread id (from 1 in each rank)"),
+    MEMBER(Thread, clock, T_LONGLONG, "its virtual clock (ns)"),
+    MEMBER(Thread, state, T_OBJECT_EX, "ready, running, blocked or done"),
+    MEMBER(Thread, pred, T_OBJECT, "what a blocked thread waits for, or None"),
+    MEMBER(Thread, what, T_OBJECT_EX, "the wait, in words"),
+    MEMBER(Thread, error, T_OBJECT, "an error to raise when it runs next, or None"),
+    MEMBER(Thread, rank, T_LONGLONG, "its rank"),
+    MEMBER(Thread, name, T_OBJECT_EX, "its track's name"),
+    MEMBER(Thread, busy_from, T_LONGLONG, "the clock when its latest runtime call began"),
+    MEMBER(Thread, named, T_BOOL, "its track's name is recorded"),
+    {NULL}};
+
+static PyTypeObject ThreadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime_emu._core.HostThread",
+    .tp_doc = "HostThread(glet, tid, clock, rank=0): a host thread of the emulated program (host.HostThread, in C).",
+    .tp_basicsize = sizeof(Thread),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = thread_new,
+    .tp_dealloc = (destructor)thread_dealloc,
+    .tp_traverse = (traverseproc)thread_traverse,
+    .tp_clear = (inquiry)thread_clear,
+    .tp_members = thread_members,
+    .tp_getset = thread_getset,
+};
+
 /* ================================================================== Core's Python API */
 
-/* Core(engine, dispatch, recorder, truth, truth_codes, keep_truth, queue_depth_counters, task_type) */
+/* Core(engine, dispatch, recorder, truth, truth_codes, keep_truth, queue_depth_counters, task_type,
+ *      *, coord=None, kernel_type=None, launch_overhead_ns=0, dispatch_latency_ns=0)
+ * Without a coord, try_launch always declines. */
 static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *engine, *dispatch, *recorder, *truth, *codes, *task_type;
+    PyObject *coord = Py_None, *kernel_type = Py_None;
+    long long overhead = 0, latency = 0;
     int keep, depth;
     static char *names[] = {"engine", "dispatch", "recorder", "truth", "truth_codes", "keep_truth",
-                            "queue_depth_counters", "task_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OppO!:Core", names, &EngineType, &engine, &dispatch, &recorder,
-                                     &PyByteArray_Type, &truth, &codes, &keep, &depth, &PyType_Type, &task_type))
+                            "queue_depth_counters", "task_type", "coord", "kernel_type", "launch_overhead_ns",
+                            "dispatch_latency_ns", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OppO!|$OOLL:Core", names, &EngineType, &engine, &dispatch,
+                                     &recorder, &PyByteArray_Type, &truth, &codes, &keep, &depth, &PyType_Type,
+                                     &task_type, &coord, &kernel_type, &overhead, &latency))
         return NULL;
-    Core *c = (Core *)type->tp_alloc(type, 0);
-    if (c == NULL) return NULL;
-    Py_INCREF(engine);
-    c->engine = (Engine *)engine;
-    Py_INCREF(dispatch);
-    c->dispatch = dispatch;
-    Py_INCREF(recorder);
-    c->recorder = recorder;
-    Py_INCREF(truth);
-    c->truth = truth;
-    Py_INCREF(codes);
-    c->truth_codes = codes;
-    Py_INCREF(task_type);
-    c->task_type = task_type;
-    c->keep_truth = keep;
-    c->queue_depth = depth;
-    c->free_slot = -1;
-    for (int i = 0; i <= NCAUSE; i++) c->truth_fixed[i] = -1;
-    c->launch_api = c->launch_kind = c->queue_full = -1;
-    if ((c->codes = PyObject_GetAttr(recorder, S_strings)) == NULL) {
-        Py_DECREF(c);
+    if (coord != Py_None && !PyType_Check(kernel_type)) {
+        PyErr_SetString(PyExc_TypeError, "Core: with a coord, kernel_type is the Kernel type");
         return NULL;
     }
     if (((Engine *)engine)->core != NULL) {
-        Py_DECREF(c);
         PyErr_SetString(PyExc_ValueError, "Core: the engine runs another core's kernels already");
         return NULL;
+    }
+    Core *c = (Core *)type->tp_alloc(type, 0);
+    if (c == NULL) return NULL;
+    c->engine = (Engine *)Py_NewRef(engine);
+    c->dispatch = Py_NewRef(dispatch);
+    c->recorder = Py_NewRef(recorder);
+    c->truth = Py_NewRef(truth);
+    c->truth_codes = Py_NewRef(codes);
+    c->task_type = Py_NewRef(task_type);
+    c->keep_truth = keep;
+    c->queue_depth = depth;
+    c->launch_overhead = overhead;
+    c->dispatch_latency = latency;
+    c->free_slot = -1;
+    for (int i = 0; i <= NCAUSE + 1; i++) c->truth_fixed[i] = -1;
+    c->launch_api = c->launch_kind = c->queue_full = -1;
+    if ((c->codes = attr_get(recorder, S_strings)) == NULL || (c->switches = attr_get(recorder, S_switches)) == NULL) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    if (coord != Py_None) {
+        c->coord = Py_NewRef(coord);
+        c->kernel_type = Py_NewRef(kernel_type);
+        if ((c->threads = attr_get(coord, S_threads)) == NULL) {
+            Py_DECREF(c);
+            return NULL;
+        }
+        if (get_i64(coord, S_live, &c->threads_live)) {
+            Py_DECREF(c);
+            return NULL;
+        }
+        if (!PyDict_CheckExact(c->threads)) {
+            Py_DECREF(c);
+            PyErr_SetString(PyExc_TypeError, "Core: coord.threads is not a dict");
+            return NULL;
+        }
     }
     ((Engine *)engine)->core = c;
     return (PyObject *)c;
@@ -1208,26 +1523,21 @@ static int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->truth_codes);
     Py_VISIT(c->task_type);
     Py_VISIT(c->codes);
+    Py_VISIT(c->switches);
     Py_VISIT(c->tasks);
     Py_VISIT(c->flows);
     Py_VISIT(c->counters);
-    Py_VISIT(c->strings);
     Py_VISIT(c->cuts);
+    Py_VISIT(c->coord);
+    Py_VISIT(c->threads);
+    Py_VISIT(c->kernel_type);
+    Py_VISIT(c->last_glet);
+    Py_VISIT(c->last_thread);
     for (Py_ssize_t i = 0; i < c->nk; i++) Py_VISIT(c->kinfo[i].kernel);
-    for (Py_ssize_t i = 0; i < c->ns; i++) {
-        SInfo *s = &c->sinfo[i];
-        Py_VISIT(s->stream);
-        Py_VISIT(s->pools[0]);
-        Py_VISIT(s->pools[1]);
-        Py_VISIT(s->queue);
-        Py_VISIT(s->popleft);
-        Py_VISIT(s->append);
-        Py_VISIT(s->launches);
-        Py_VISIT(s->last_kind);
-        Py_VISIT(s->last_cause);
-        Py_VISIT(s->last_producer);
+    for (Py_ssize_t i = 0; i < c->ntasks; i++) {
+        Py_VISIT(c->tasks_slab[i].producer);
+        Py_VISIT(c->tasks_slab[i].s);
     }
-    for (Py_ssize_t i = 0; i < c->ntasks; i++) Py_VISIT(c->tasks_slab[i].producer);
     return 0;
 }
 
@@ -1241,25 +1551,20 @@ static int core_clear(Core *c) {
     Py_CLEAR(c->truth_codes);
     Py_CLEAR(c->task_type);
     Py_CLEAR(c->codes);
+    Py_CLEAR(c->switches);
+    Py_CLEAR(c->coord);
+    Py_CLEAR(c->threads);
+    Py_CLEAR(c->kernel_type);
+    Py_CLEAR(c->last_glet);
+    Py_CLEAR(c->last_thread);
     for (Py_ssize_t i = 0; i < c->nk; i++) Py_CLEAR(c->kinfo[i].kernel);
-    for (Py_ssize_t i = 0; i < c->ns; i++) {
-        SInfo *s = &c->sinfo[i];
-        Py_CLEAR(s->stream);
-        Py_CLEAR(s->pools[0]);
-        Py_CLEAR(s->pools[1]);
-        Py_CLEAR(s->queue);
-        Py_CLEAR(s->popleft);
-        Py_CLEAR(s->append);
-        Py_CLEAR(s->launches);
-        Py_CLEAR(s->last_kind);
-        Py_CLEAR(s->last_cause);
-        Py_CLEAR(s->last_producer);
+    for (Py_ssize_t i = 0; i < c->ntasks; i++) {
+        Py_CLEAR(c->tasks_slab[i].producer);
+        Py_CLEAR(c->tasks_slab[i].s);
     }
-    for (Py_ssize_t i = 0; i < c->ntasks; i++) Py_CLEAR(c->tasks_slab[i].producer);
-    c->nk = c->ns = 0;
-    c->kmap.n = c->smap.n = 0;
+    c->nk = 0;
+    c->kmap.n = 0;
     if (c->kmap.slots) memset(c->kmap.slots, 0, (size_t)c->kmap.cap * sizeof(Slot));
-    if (c->smap.slots) memset(c->smap.slots, 0, (size_t)c->smap.cap * sizeof(Slot));
     return 0;
 }
 
@@ -1267,10 +1572,8 @@ static void core_dealloc(Core *c) {
     PyObject_GC_UnTrack(c);
     core_clear(c);
     PyMem_Free(c->kinfo);
-    PyMem_Free(c->sinfo);
     PyMem_Free(c->tasks_slab);
     PyMem_Free(c->kmap.slots);
-    PyMem_Free(c->smap.slots);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -1310,22 +1613,20 @@ static PyObject *core_pool(Core *c, PyObject *const *args, Py_ssize_t nargs) {
 static PyObject *core_advance_py(Core *c, PyObject *stream) {
     Engine *e = c->engine;
     e->pygen++;
-    if (core_advance(c, stream) < 0) return leave(e, NULL);
-    return leave(e, Py_NewRef(Py_None));
+    Stream *s = as_stream(c, stream);
+    if (s == NULL || core_advance(c, s) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
-/* launched(stream, kernel, apis, flows, counters, record_api, record_tasks, rank, tid, device, step, corr,
- *          t0, clock, blocks, queue_blocked, pending, arrive)
- * A kernel launch the host made (Dispatch.launch_kernel decided its numbers): its API slice,
- * flow start and queue depth rows (rows.Rows.launched_as), its packed launch in the stream's
- * queue (device.LAUNCH), and the stream woken when the launch arrives if it is idle. `device`:
- * the calling thread's device id (NULL: none); `step`: NULL for none. */
-static int launched(Core *c, PyObject *stream, PyObject *kernel, PyObject *apis, PyObject *flows, PyObject *counters,
+/* A kernel launch the host made, its numbers decided (v: rank, tid, device, step, corr, t0,
+ * clock, blocks, queue_blocked, pending, arrive): its API slice, flow start and queue depth rows
+ * (rows.Rows.launched_as), its packed launch in the stream's queue (device.LAUNCH), and the
+ * stream woken when the launch arrives if it is idle. `device`: the calling thread's device id
+ * (NUL: none); `step`: NUL for none. */
+static int launched(Core *c, Stream *s, PyObject *kernel, PyObject *apis, PyObject *flows, PyObject *counters,
                     int record_api, int record_tasks, const int64_t *v) {
     int64_t rank = v[0], tid = v[1], device = v[2], step = v[3], corr = v[4], t0 = v[5], clock = v[6],
             blocks = v[7], queue_blocked = v[8], pending = v[9], arrive = v[10];
-    SInfo *s = stream_meta(c, stream);
-    if (s == NULL) return -1;
     if (record_api) {
         if (c->launch_api < 0) { /* codes in rows.Rows.api's order: name, kind */
             if ((c->launch_api = code_of(c->codes, S_launch_api)) < 0) return -1;
@@ -1350,23 +1651,24 @@ static int launched(Core *c, PyObject *stream, PyObject *kernel, PyObject *apis,
     }
     int64_t packed[W_LAUNCH] = {blocks, corr, t0, step, arrive, queue_blocked};
     if (append(s->launches, packed, W_LAUNCH) < 0) return -1;
-    PyObject *r = PyObject_CallOneArg(s->append, kernel);
+    PyObject *r = q_append(s->queue, kernel);
     if (r == NULL) return -1;
     Py_DECREF(r);
     /* a busy stream picks the launch up when it gets to it; only an idle one needs waking */
-    int busy;
-    if (get_bool(stream, S_busy, &busy)) return -1;
-    if (!busy) {
-        Py_ssize_t n = PyObject_Size(s->queue);
+    if (!s->busy) {
+        Py_ssize_t n = q_len(s->queue);
         if (n < 0) return -1;
         if (n == 1) {
             Engine *e = c->engine;
-            if (heap_push(e, arrive < e->now ? e->now : arrive, (PyObject *)c, stream, OP_WAKE, 0, 0) < 0) return -1;
+            if (heap_push(e, arrive < e->now ? e->now : arrive, (PyObject *)c, (PyObject *)s, OP_WAKE, 0, 0) < 0)
+                return -1;
         }
     }
     return 0;
 }
 
+/* launched(stream, kernel, apis, flows, counters, record_api, record_tasks, rank, tid, device, step, corr,
+ *          t0, clock, blocks, queue_blocked, pending, arrive): `launched` for Dispatch.launch_kernel */
 static PyObject *core_launched(Core *c, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 18) {
         PyErr_SetString(PyExc_TypeError, "launched() takes 18 arguments");
@@ -1379,9 +1681,109 @@ static PyObject *core_launched(Core *c, PyObject *const *args, Py_ssize_t nargs)
         v[i] = PyLong_AsLongLong(args[7 + i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    if (launched(c, args[0], args[1], args[2], args[3], args[4], record_api, record_tasks, v) < 0) return NULL;
+    Stream *s = as_stream(c, args[0]);
+    if (s == NULL || launched(c, s, args[1], args[2], args[3], args[4], record_api, record_tasks, v) < 0) return NULL;
     Py_RETURN_NONE;
 }
+
+/* The HostThread of the calling greenlet (borrowed), or NULL: not one of this runtime's (no
+ * error set) or an error. The latest one is remembered: a greenlet's thread never changes. */
+static PyObject *calling_thread(Core *c) {
+    PyObject *glet = greenlet_current != NULL ? greenlet_current() : PyObject_CallNoArgs(GETCURRENT);
+    if (glet == NULL) return NULL;
+    if (glet == c->last_glet) {
+        Py_DECREF(glet);
+        return c->last_thread;
+    }
+    PyObject *th = PyDict_GetItemWithError(c->threads, glet);
+    if (th == NULL || !Py_IS_TYPE(th, &ThreadType)) {
+        Py_DECREF(glet);
+        return NULL;
+    }
+    Py_XSETREF(c->last_glet, glet);
+    Py_XSETREF(c->last_thread, Py_NewRef(th));
+    return th;
+}
+
+/* try_launch(kernel, blocks, stream=None) -> its correlation id, or NotImplemented.
+ * aclrtLaunchKernel's common case in one call, as Runtime._enter, api_streams.launch_kernel and
+ * Dispatch.launch_kernel make it (the same clocks, rows, packed launch and wake): the runtime
+ * running, one live host thread (it drives the engine: no turn-taking), its track named, a
+ * device.Kernel, a positive int block count and a live Stream (or the thread's device's
+ * default stream) with room in its queue. Anything else (an error to raise, a full queue to
+ * wait on, host threads taking turns, a thread's first call) returns NotImplemented before the
+ * launch changed anything, and the caller takes the Python path, which does all of that: what
+ * ran here before (the device simulated up to the thread's clock, the thread's busy_from) is
+ * what that path does first, and doing it again changes nothing. */
+static PyObject *core_try_launch(Core *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (c->coord == NULL || nargs < 2 || nargs > 3) Py_RETURN_NOTIMPLEMENTED;
+    PyObject *kernel = args[0], *nb = args[1], *stream = nargs > 2 ? args[2] : Py_None;
+    if (!Py_IS_TYPE(kernel, (PyTypeObject *)c->kernel_type) || !PyLong_CheckExact(nb)) Py_RETURN_NOTIMPLEMENTED;
+    int overflow;
+    long long blocks = PyLong_AsLongLongAndOverflow(nb, &overflow);
+    if (overflow || blocks <= 0) Py_RETURN_NOTIMPLEMENTED;
+    if (c->closed || c->threads_live > 1) Py_RETURN_NOTIMPLEMENTED;
+    Thread *th = (Thread *)calling_thread(c);
+    if (th == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NOTIMPLEMENTED; /* a thread the runtime does not know: the Python path says so */
+    }
+    if (!th->named) Py_RETURN_NOTIMPLEMENTED;
+    Stream *s;
+    if (stream == Py_None) {
+        if (th->device == Py_None) Py_RETURN_NOTIMPLEMENTED; /* no device set: the Python path raises */
+        PyObject *d = attr_get(th->device, S_default_stream);
+        if (d == NULL) return NULL;
+        Py_DECREF(d); /* the device keeps it */
+        if (!Py_IS_TYPE(d, &StreamType)) Py_RETURN_NOTIMPLEMENTED;
+        s = (Stream *)d;
+    } else if (Py_IS_TYPE(stream, &StreamType)) {
+        s = (Stream *)stream;
+    } else {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (s->destroyed) Py_RETURN_NOTIMPLEMENTED;
+    if (stream_known(c, s) == NULL) return NULL;
+    Py_INCREF(th);
+    Py_INCREF(s);
+    PyObject *result = NULL;
+    /* Coordinator.enter, one live thread: it drives the engine up to its clock */
+    Engine *e = c->engine;
+    int64_t t0 = th->busy_from = th->clock;
+    e->pygen++;
+    while (e->n && e->heap[0].t <= t0)
+        if (step_one(e) < 0) goto done;
+    if (t0 > e->now) e->now = t0;
+    /* Dispatch.launch_kernel */
+    if (s->pending >= s->capacity) { /* the host waits for room: the Python path does */
+        result = Py_NewRef(Py_NotImplemented);
+        goto done;
+    }
+    int64_t corr = ++c->corr;
+    int64_t clock = th->clock = t0 + c->launch_overhead;
+    int64_t pending = ++s->pending;
+    int runtime_api, task_time;
+    PyObject *apis = NULL, *flows = NULL, *counters = NULL;
+    if (get_bool(c->switches, S_runtime_api, &runtime_api) || get_bool(c->switches, S_task_time, &task_time) ||
+        (apis = attr_get(c->recorder, S_apis)) == NULL || (flows = attr_get(c->recorder, S_flows)) == NULL ||
+        (counters = attr_get(c->recorder, S_counters)) == NULL)
+        goto rows_done;
+    int64_t v[11] = {th->rank, th->tid, th->dev_id, th->has_step ? th->step : NUL, corr, t0, clock, blocks, 0,
+                     pending, clock + c->dispatch_latency};
+    if (launched(c, s, kernel, apis, flows, counters, runtime_api, task_time, v) == 0)
+        result = PyLong_FromLongLong(corr);
+rows_done:
+    Py_XDECREF(apis);
+    Py_XDECREF(flows);
+    Py_XDECREF(counters);
+done:
+    Py_DECREF(th);
+    Py_DECREF(s);
+    return result;
+}
+
+/* next_corr() -> the correlation id of a new task (Dispatch.new_task's) */
+static PyObject *core_next_corr(Core *c, PyObject *unused) { return PyLong_FromLongLong(++c->corr); }
 
 /* earliest(w): the smallest of w and the start of every kernel running now (the watermark) */
 static PyObject *core_earliest(Core *c, PyObject *arg) {
@@ -1398,17 +1800,28 @@ static PyObject *core_earliest(Core *c, PyObject *arg) {
 }
 
 static PyObject *core_get_live(Core *c, void *closure) { return PyLong_FromLongLong(c->live); }
+static PyObject *core_get_corr(Core *c, void *closure) { return PyLong_FromLongLong(c->corr); }
 
 static PyMethodDef core_methods[] = {
     {"pool", (PyCFunction)(void (*)(void))core_pool, METH_FASTCALL, "pool(kind, total): a device's core pool"},
     {"advance", (PyCFunction)core_advance_py, METH_O, "start the stream's head kernel if it can start now"},
     {"launched", (PyCFunction)(void (*)(void))core_launched, METH_FASTCALL,
      "a kernel launch's rows, its packed launch in its stream's queue, the stream woken if idle"},
+    {"try_launch", (PyCFunction)(void (*)(void))core_try_launch, METH_FASTCALL,
+     "try_launch(kernel, blocks, stream=None): a kernel launch's common case, its corr; else NotImplemented"},
+    {"next_corr", (PyCFunction)core_next_corr, METH_NOARGS, "the correlation id of a new task"},
     {"earliest", (PyCFunction)core_earliest, METH_O, "min(w, start of every running kernel)"},
     {NULL}};
 
+static PyMemberDef core_members[] = {
+    {"closed", T_BOOL, offsetof(Core, closed), 0, "the runtime finished: try_launch declines"},
+    {"threads_live", T_LONGLONG, offsetof(Core, threads_live), 0, "host threads not done (host.Coordinator.live)"},
+    {NULL}};
+
 static PyGetSetDef core_getset[] = {
-    {"live", (getter)core_get_live, NULL, "kernels started on their stream and not finished", NULL}, {NULL}};
+    {"live", (getter)core_get_live, NULL, "kernels started on their stream and not finished", NULL},
+    {"corr", (getter)core_get_corr, NULL, "correlation id of the latest task", NULL},
+    {NULL}};
 
 static PyTypeObject CoreType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1421,6 +1834,7 @@ static PyTypeObject CoreType = {
     .tp_traverse = (traverseproc)core_traverse,
     .tp_clear = (inquiry)core_clear,
     .tp_methods = core_methods,
+    .tp_members = core_members,
     .tp_getset = core_getset,
 };
 
@@ -1443,6 +1857,20 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(S_last_cause, "last_cause");
     INTERN(S_last_producer, "last_producer");
     INTERN(S_last_record, "last_record");
+    INTERN(S_capacity, "capacity");
+    INTERN(S_clock, "clock");
+    INTERN(S_busy_from, "busy_from");
+    INTERN(S_named, "named");
+    INTERN(S_step, "step");
+    INTERN(S_tid, "tid");
+    INTERN(S_default_stream, "default_stream");
+    INTERN(S_finished, "finished");
+    INTERN(S_running, "running");
+    INTERN(S_live, "live");
+    INTERN(S_corr, "corr");
+    INTERN(S_destroyed, "destroyed");
+    INTERN(S_threads, "threads");
+    INTERN(S_rt, "rt");
     INTERN(S_id, "id");
     INTERN(S_priority, "priority");
     INTERN(S_qcode, "qcode");
@@ -1460,6 +1888,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(S_task_time, "task_time");
     INTERN(S_runtime_api, "runtime_api");
     INTERN(S_tasks, "tasks");
+    INTERN(S_apis, "apis");
     INTERN(S_flows, "flows");
     INTERN(S_counters, "counters");
     INTERN(S_strings, "strings");
@@ -1480,13 +1909,34 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(S_AI_CORE, "AI_CORE");
     INTERN(S_AI_VECTOR_CORE, "AI_VECTOR_CORE");
     for (int i = 0; i < NCAUSE; i++) INTERN(S_cause_text[i], CAUSE_TEXT[i]);
-    if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&PoolType) < 0 || PyType_Ready(&CoreType) < 0) return NULL;
+    if (find_deque() < 0) return NULL;
+    PyObject *greenlet = PyImport_ImportModule("greenlet");
+    if (greenlet == NULL) return NULL;
+    GETCURRENT = PyObject_GetAttrString(greenlet, "getcurrent");
+    Py_DECREF(greenlet);
+    if (GETCURRENT == NULL) return NULL;
+    void **api = (void **)PyCapsule_Import("greenlet._C_API", 0);
+    if (api == NULL) {
+        PyErr_Clear();
+    } else {
+        PyObject *(*fn)(void) = (PyObject * (*)(void)) api[4];
+        PyObject *a = fn(), *b = PyObject_CallNoArgs(GETCURRENT);
+        if (a != NULL && a == b) greenlet_current = fn;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        PyErr_Clear();
+    }
+    if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&PoolType) < 0 || PyType_Ready(&CoreType) < 0 ||
+        PyType_Ready(&StreamType) < 0 || PyType_Ready(&ThreadType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddIntConstant(m, "PULSE_EVENTS", PULSE_EVENTS) < 0 ||
         PyModule_AddObjectRef(m, "Engine", (PyObject *)&EngineType) < 0 ||
         PyModule_AddObjectRef(m, "Pool", (PyObject *)&PoolType) < 0 ||
-        PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
+        PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0 ||
+        PyModule_AddObjectRef(m, "HostThread", (PyObject *)&ThreadType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

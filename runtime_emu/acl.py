@@ -66,6 +66,8 @@ def init(**config: Any) -> Runtime:
     if isinstance(config.get("switches"), dict):  # JSON config names the switches
         config["switches"] = Switches(**config["switches"])
     _current = Runtime(**config)
+    if _Forward is not None:  # acl.rt.launch_kernel tries the runtime's native launch first
+        rt.launch_kernel.fast = _current._fast_launch
     for hook in list(on_init):
         hook(_current)
     return _current

@@ -11,13 +11,13 @@ work can take them (checkpoint-style preemption as a what-if; off by default).
 from __future__ import annotations
 
 import struct
-from collections import deque
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, Callable, Final
 
 from runtime_emu.links import Link
 from runtime_emu.presets import Preset
+from runtime_emu.state import Stream
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
@@ -55,7 +55,7 @@ class Task:
                  "kernel", "blocks", "remaining", "cores", "bytes", "path", "event", "event_seq", "on_start",
                  "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "waves", "extra", "record")
 
-    def __init__(self, kind: str, name: str, stream: "Stream", corr: int, launch_ns: int) -> None:
+    def __init__(self, kind: str, name: str, stream: Stream, corr: int, launch_ns: int) -> None:
         self.kind = kind
         self.name = name
         self.stream = stream
@@ -140,31 +140,6 @@ LAUNCH_W: Final = 6
 LAUNCH: Final = struct.Struct(f"{LAUNCH_W}q")
 LAUNCH_BYTES: Final = LAUNCH.size
 LAUNCH_READ: Final = LAUNCH.unpack_from
-
-
-class Stream:
-    __slots__ = ("id", "device", "priority", "queue", "busy", "pending", "capacity", "destroyed", "last_end_ns",
-                 "last_kind", "last_cause", "last_producer", "last_record", "qcode", "launches", "launches_at")
-
-    def __init__(self, stream_id: int, device: "Device", priority: int, capacity: int) -> None:
-        self.id = stream_id
-        self.device = device
-        self.priority = priority
-        #: FIFO of the stream's tasks: a Task, or the Kernel of a launch not reached yet (its
-        #: numbers are the next LAUNCH row of `launches`, from byte `launches_at`).
-        self.queue: deque[Task | Kernel] = deque()
-        self.launches = bytearray()
-        self.launches_at = 0
-        self.busy = False
-        self.pending = 0  # launched by the host and not yet retired
-        self.capacity = capacity
-        self.destroyed = False
-        self.last_end_ns = -1
-        self.last_kind = ""
-        self.last_cause = ""
-        self.last_producer = ""
-        self.last_record = 0  # the `record` of the task that finished last
-        self.qcode = -1  # recorder string code of the stream's queue-depth counter, set by the runtime
 
 
 class CorePool:

@@ -67,7 +67,7 @@ class Dispatch:
         self.dispatch_latency_ns = dispatch_latency_ns
         #: Set by the runtime when the trace streams out: cuts the recorder as tasks finish.
         self.cuts: CutPolicy | None = None
-        self.corr = 0  # correlation id of the latest task
+        self.corr = 0  # correlation id of the latest task (the C core counts them when it runs)
         #: The kernel lifecycle in C (runtime_emu._core.Core: core pools, a packed launch's start,
         #: finish and rows), when the engine is the C one; None: the Python code here and in
         #: device.CorePool runs it.
@@ -76,15 +76,25 @@ class Dispatch:
         #: name at every launch.
         self._launched: Any = None
         core = native("_core")
-        if core is not None and isinstance(engine, core.Engine):
+        # The C core runs the kernels when the engine is its own and the streams and host threads
+        # are its types (runtime_emu.state: they are, unless the package was imported pure).
+        if core is not None and isinstance(engine, core.Engine) and Stream is core.Stream:
             self.native = core.Core(engine, self, self.recorder, self.truth, self.truth_codes, self.keep_truth,
-                                    rows.queue_depth_counters, Task)
+                                    rows.queue_depth_counters, Task, coord=coord, kernel_type=Kernel,
+                                    launch_overhead_ns=launch_overhead_ns, dispatch_latency_ns=dispatch_latency_ns)
             self._launched = self.native.launched
 
     # ---------------------------------------------------------------- host side
-    def new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
+    def next_corr(self) -> int:
+        """The correlation id of a new task: one more than the latest."""
+        native = self.native
+        if native is not None:
+            return native.next_corr()  # type: ignore[no-any-return]
         self.corr += 1
-        return Task(kind, name, stream, self.corr, t0)
+        return self.corr
+
+    def new_task(self, kind: str, name: str, stream: Stream, t0: int) -> Task:
+        return Task(kind, name, stream, self.next_corr(), t0)
 
     def launch(self, th: HostThread, task: Task, api: str, t0: int, kind: str = "launch", blocks: int | None = None,
                record_api: bool = True, src: int | None = None, dst: int | None = None) -> None:
@@ -106,8 +116,7 @@ class Dispatch:
     def launch_kernel(self, th: HostThread, kernel: Kernel, blocks: int, stream: Stream, t0: int) -> int:
         """`launch` for a kernel, without a Task: the launch is packed into the stream's queue
         (see device.LAUNCH) and becomes a Task when the stream gets to it. Returns its corr."""
-        self.corr += 1
-        corr = self.corr
+        corr = self.next_corr()
         queue_blocked = self._queue_space(th, stream, corr)
         clock = th.clock = th.clock + self.launch_overhead_ns
         step = th.step

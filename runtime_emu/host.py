@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final
 import greenlet
 
 from runtime_emu.errors import ACL_ERROR_RT_INTERNAL_ERROR, AclError, Deadlock
+from runtime_emu.state import BLOCKED, DONE, READY, RUNNING, HostThread
 
 if TYPE_CHECKING:
-    from runtime_emu.device import Device
     from runtime_emu.runtime import Runtime
 
 #: The running greenlet (Final: compiled code calls it without a module attribute lookup).
@@ -27,10 +27,6 @@ _getcurrent: Final = greenlet.getcurrent
 #: `busy_from` of a thread whose call in progress records no row at its start (a join).
 NO_ROW_PENDING: Final = 1 << 62
 
-READY: Final = "ready"
-RUNNING: Final = "running"
-BLOCKED: Final = "blocked"
-DONE: Final = "done"
 
 #: Which runtime each host-thread greenlet belongs to (weak: finished jobs are collected).
 _RUNTIMES: "weakref.WeakKeyDictionary[Any, Runtime]" = weakref.WeakKeyDictionary()
@@ -41,26 +37,6 @@ def runtime_of_current_thread() -> "Runtime | None":
     return rt if rt is not None and not rt.finished else None
 
 
-class HostThread:
-    __slots__ = ("glet", "tid", "clock", "state", "pred", "what", "error", "device", "rank", "step", "name",
-                 "busy_from", "named")
-
-    def __init__(self, glet: Any, tid: int, clock: int, rank: int = 0) -> None:
-        self.glet = glet
-        self.tid = tid
-        self.clock = clock
-        self.state = RUNNING
-        self.pred: Callable[[], bool] | None = None
-        self.what = ""
-        self.error: BaseException | None = None
-        self.device: Device | None = None
-        self.rank = rank
-        self.step: int | None = None
-        self.name = f"Thread {tid}"
-        self.busy_from = clock  # the clock when the thread's latest runtime call began
-        self.named = False  # its track's name is recorded (at its first runtime call)
-
-
 class Coordinator:
     """Serialises host threads in virtual-time order and advances the engine between them."""
 
@@ -69,6 +45,9 @@ class Coordinator:
         self.threads: dict[Any, HostThread] = {}
         self.order: list[HostThread] = []
         self.live = 0  # threads not DONE
+        #: The C core (runtime_emu._core.Core) when it runs, told how many threads are live: its
+        #: launch path is for a lone host thread, which drives the engine without taking turns.
+        self.native: Any = None
 
     @property
     def single(self) -> bool:
@@ -83,6 +62,8 @@ class Coordinator:
             _RUNTIMES[glet] = self.rt
         self.order.append(th)
         self.live += 1
+        if self.native is not None:
+            self.native.threads_live = self.live
         return th
 
     def current(self) -> HostThread:
@@ -125,6 +106,8 @@ class Coordinator:
         if th.state != DONE:
             th.state = DONE
             self.live -= 1
+            if self.native is not None:
+                self.native.threads_live = self.live
 
     def _hand_over(self, th: HostThread) -> None:
         nxt = self._pick()

@@ -93,6 +93,10 @@ class Runtime:
         self.coord.register(greenlet.getcurrent(), 0)
         self.dispatch = Dispatch(self.engine, self.net, self.coord, self.rows, self.truth,
                                  self.preset.launch_overhead_ns, self.preset.dispatch_latency_ns)
+        #: The C core's launch of a kernel (its common case; NotImplemented: this class's path),
+        #: or None without the C core. acl.rt.launch_kernel calls it directly.
+        self._fast_launch: Any = None if self.dispatch.native is None else self.dispatch.native.try_launch
+        self.coord.native = self.dispatch.native
         self.devices: dict[tuple[int, int], Device] = {}
         self.topology = topology
         if topology is not None:
@@ -203,6 +207,11 @@ class Runtime:
         """aclrtLaunchKernel. `reads` / `writes` name the device buffers the kernel touches; they
         are recorded as mem_read / mem_write instants (a sanitizer's view) so races between
         streams show."""
+        fast = self._fast_launch
+        if fast is not None and not reads and not writes:
+            corr = fast(kernel, num_blocks, stream)
+            if corr is not NotImplemented:
+                return corr  # type: ignore[no-any-return]
         return api_streams.launch_kernel(self, kernel, num_blocks, stream, reads, writes)
 
     def memcpy_async(self, dst: Any, dest_max: Integer, src: Any, count: Integer, kind: Integer,
@@ -354,6 +363,8 @@ class Runtime:
                 self._writer, self.dispatch.cuts = None, None
             raise
         self.finished = True
+        if self.dispatch.native is not None:
+            self.dispatch.native.closed = True  # its launch path declines: the runtime's raises
         meta = self.trace_meta()
         cuts = self.dispatch.cuts
         if self._writer is not None and cuts is not None:
