@@ -66,12 +66,14 @@ def _warn(what: str, instead: str = "the pure-Python emulator") -> None:
 SCANNER = Extension("msprof_py.trace._scan", ["msprof_py/trace/_scan.c"], extra_compile_args=["-O2"])
 WITHOUT_SCANNER = "the JSON importer without its native scanner"
 #: The emulator's native trace-table build.
-ROWTABLE = Extension("runtime_emu._rowtable", ["runtime_emu/_rowtable.c"], extra_compile_args=["-O2", "-pthread"],
+ROWTABLE = Extension("runtime_emu._rowtable", ["runtime_emu/_rowtable.c"], depends=["runtime_emu/_rowbuf.h"],
+                     extra_compile_args=["-O2", "-pthread"],
                      extra_link_args=["-pthread"])
 #: The acl functions' native forwarders.
 FORWARDS = Extension("runtime_emu._acl", ["runtime_emu/_acl.c"], extra_compile_args=["-O2"])
 #: The emulator's event heap, core pools and kernel lifecycle in C.
-CORE = Extension("runtime_emu._core", ["runtime_emu/_core.c"], extra_compile_args=["-O2"])
+CORE = Extension("runtime_emu._core", ["runtime_emu/_core.c"], depends=["runtime_emu/_rowbuf.h"],
+                 extra_compile_args=["-O2"])
 #: The plain C extensions, each optional on its own: what installs without it.
 PLAIN = {SCANNER.name: WITHOUT_SCANNER, ROWTABLE.name: "the emulator's trace table without its native build",
          FORWARDS.name: "the acl functions as Python wrappers",

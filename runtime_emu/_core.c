@@ -42,6 +42,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include "_rowbuf.h"
 #include <string.h>
 
 #define PULSE_EVENTS 256
@@ -391,10 +392,15 @@ static int grow(PyObject *buf, Py_ssize_t size) {
     return 0;
 }
 
-/* `width` int64s appended to the bytearray `buf` */
+/* The recorder's row buffers (runtime_emu._rowtable.RowBuffer), when that module is built. */
+static const RowBufAPI *rowbufs;
+
+/* `width` int64s appended to the row buffer `buf` (a RowBuffer or a bytearray) */
 static int append(PyObject *buf, const int64_t *values, Py_ssize_t width) {
+    if (rowbufs != NULL && Py_IS_TYPE(buf, rowbufs->type))
+        return rowbuf_append(rowbufs, (RowBuf *)buf, values, width * 8);
     if (!PyByteArray_CheckExact(buf)) {
-        PyErr_SetString(PyExc_TypeError, "runtime_emu._core: a row buffer is not a bytearray");
+        PyErr_SetString(PyExc_TypeError, "runtime_emu._core: a row buffer is not a RowBuffer or a bytearray");
         return -1;
     }
     Py_ssize_t len = PyByteArray_GET_SIZE(buf), add = width * 8;
@@ -1463,9 +1469,9 @@ static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"engine", "dispatch", "recorder", "truth", "truth_codes", "keep_truth",
                             "queue_depth_counters", "task_type", "coord", "kernel_type", "launch_overhead_ns",
                             "dispatch_latency_ns", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OppO!|$OOLL:Core", names, &EngineType, &engine, &dispatch,
-                                     &recorder, &PyByteArray_Type, &truth, &codes, &keep, &depth, &PyType_Type,
-                                     &task_type, &coord, &kernel_type, &overhead, &latency))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOOOppO!|$OOLL:Core", names, &EngineType, &engine, &dispatch,
+                                     &recorder, &truth, &codes, &keep, &depth, &PyType_Type, &task_type, &coord,
+                                     &kernel_type, &overhead, &latency))
         return NULL;
     if (coord != Py_None && !PyType_Check(kernel_type)) {
         PyErr_SetString(PyExc_TypeError, "Core: with a coord, kernel_type is the Kernel type");
@@ -1910,6 +1916,10 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(S_AI_VECTOR_CORE, "AI_VECTOR_CORE");
     for (int i = 0; i < NCAUSE; i++) INTERN(S_cause_text[i], CAUSE_TEXT[i]);
     if (find_deque() < 0) return NULL;
+    PyObject *rowtable = PyImport_ImportModule("runtime_emu._rowtable"); /* PyCapsule_Import imports no submodule */
+    rowbufs = rowtable == NULL ? NULL : (const RowBufAPI *)PyCapsule_Import(ROWBUF_CAPSULE, 0);
+    Py_XDECREF(rowtable);
+    if (rowbufs == NULL) PyErr_Clear(); /* not built: the row buffers are bytearrays */
     PyObject *greenlet = PyImport_ImportModule("greenlet");
     if (greenlet == NULL) return NULL;
     GETCURRENT = PyObject_GetAttrString(greenlet, "getcurrent");

@@ -30,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include "_rowbuf.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +61,14 @@ enum { K_KERNEL, K_MEMCPY, K_MEMSET, K_WAIT, K_RECORD };
  * 2-core VM, 323 MB of fresh columns took 0.13-0.63 s just to fault in, run to run. So the
  * blocks a build allocates (from 1 MiB up) go back to a pool when freed, a table's columns when
  * Arrow lets go of them, and the next build in the process (a streamed cut, the next run)
- * takes them again, faulted in already. The pool holds at most pool_limit bytes (MSPROF_PY_POOL_MB,
- * 1024 by default, read by tables.py; 0 turns it off); release_pool() frees what it holds. */
+ * takes them again, faulted in already. The recorder's row buffers (RowBuffer, below) take
+ * their room from the same pool and give it back once the table is built, so a recording's
+ * rows, about 270 MB more for those 2.4M rows, are written into faulted-in memory too. The
+ * pool holds at most pool_limit bytes (MSPROF_PY_POOL_MB, 1024 by default, read by tables.py;
+ * 0 turns it off); release_pool() frees what it holds. */
 
 #define POOL_MIN ((size_t)1 << 20) /* smaller blocks are malloc's business */
-#define POOL_SLOTS 96
+#define POOL_SLOTS 256
 #define BLOCK_HEAD 64 /* a block's header (its capacity), which keeps the data 64-byte aligned as Arrow likes */
 
 static struct {
@@ -210,6 +214,89 @@ static PyObject *mem_of(char *p, Py_ssize_t len) {
     m->len = len;
     return (PyObject *)m;
 }
+
+/* ------------------------------------------------------------------ the recorder's row buffers */
+
+/* The capacity of a pmalloc'd block (at least what was asked for). */
+static size_t pcap(const void *p) {
+    size_t cap;
+    memcpy(&cap, (const char *)p - BLOCK_HEAD, sizeof cap);
+    return cap;
+}
+
+#define ROWBUF_FIRST ((Py_ssize_t)1 << 16) /* a buffer's first room */
+
+static int rowbuf_reserve(RowBuf *r, Py_ssize_t need) {
+    if (need <= r->cap) return 0;
+    if (r->exports) {
+        PyErr_SetString(PyExc_BufferError, "Existing exports of data: object cannot be re-sized");
+        return -1;
+    }
+    Py_ssize_t cap = r->cap < ROWBUF_FIRST / 2 ? ROWBUF_FIRST : 2 * r->cap;
+    if (cap < need) cap = need;
+    char *q = pmalloc((size_t)cap);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (r->len) memcpy(q, r->p, (size_t)r->len);
+    pfree(r->p);
+    r->p = q;
+    r->cap = (Py_ssize_t)pcap(q);
+    return 0;
+}
+
+/* RowBuffer(data=b""): a row buffer holding a copy of data */
+static PyObject *rowbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"data", NULL};
+    Py_buffer view = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|y*:RowBuffer", names, &view)) return NULL;
+    RowBuf *r = (RowBuf *)type->tp_alloc(type, 0);
+    if (r != NULL && view.len && rowbuf_append(&(RowBufAPI){type, rowbuf_reserve}, r, view.buf, view.len) < 0)
+        Py_CLEAR(r);
+    if (view.obj) PyBuffer_Release(&view);
+    return (PyObject *)r;
+}
+
+static void rowbuf_dealloc(PyObject *o) {
+    pfree(((RowBuf *)o)->p);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static int rowbuf_getbuffer(PyObject *o, Py_buffer *view, int flags) {
+    RowBuf *r = (RowBuf *)o;
+    if (PyBuffer_FillInfo(view, o, r->p ? r->p : EMPTY, r->len, 0, flags) < 0) return -1;
+    r->exports++;
+    return 0;
+}
+
+static void rowbuf_releasebuffer(PyObject *o, Py_buffer *view) { ((RowBuf *)o)->exports--; }
+
+static Py_ssize_t rowbuf_length(PyObject *o) { return ((RowBuf *)o)->len; }
+
+static PyObject *rowbuf_sizeof(PyObject *o, PyObject *unused) {
+    return PyLong_FromSsize_t((Py_ssize_t)sizeof(RowBuf) + ((RowBuf *)o)->cap);
+}
+
+static PyBufferProcs rowbuf_as_buffer = {rowbuf_getbuffer, rowbuf_releasebuffer};
+static PySequenceMethods rowbuf_as_sequence = {.sq_length = rowbuf_length};
+static PyMethodDef rowbuf_methods[] = {
+    {"__sizeof__", rowbuf_sizeof, METH_NOARGS, "size in memory, room included"}, {NULL}};
+
+static PyTypeObject RowBufType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime_emu._rowtable.RowBuffer",
+    .tp_basicsize = sizeof(RowBuf),
+    .tp_new = rowbuf_new,
+    .tp_dealloc = rowbuf_dealloc,
+    .tp_as_buffer = &rowbuf_as_buffer,
+    .tp_as_sequence = &rowbuf_as_sequence,
+    .tp_methods = rowbuf_methods,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RowBuffer(data=b''): the recorder's packed rows, on the block pool (see _rowbuf.h)",
+};
+
+static RowBufAPI rowbuf_api = {&RowBufType, rowbuf_reserve};
 
 /* ------------------------------------------------------------------ inputs */
 
@@ -1194,11 +1281,12 @@ static PyObject *build(PyObject *self, PyObject *args) {
 
 /* ------------------------------------------------------------------ recording */
 
-/* append_row(buf, width, *values): `width` int64 fields appended to the bytearray `buf`, as
- * `buf += struct.pack(f"{width}q", *values)` does, without the bytes object in between. */
+/* append_row(buf, width, *values): `width` int64 fields appended to the RowBuffer or bytearray
+ * `buf`, as `buf += struct.pack(f"{width}q", *values)` does, without the bytes object between. */
 static PyObject *append_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || !PyByteArray_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "append_row(buf: bytearray, width, *values)");
+    int rowbuf = nargs >= 2 && Py_IS_TYPE(args[0], &RowBufType);
+    if (nargs < 2 || (!rowbuf && !PyByteArray_CheckExact(args[0]))) {
+        PyErr_SetString(PyExc_TypeError, "append_row(buf: RowBuffer | bytearray, width, *values)");
         return NULL;
     }
     Py_ssize_t width = PyLong_AsSsize_t(args[1]);
@@ -1209,9 +1297,16 @@ static PyObject *append_row(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *buf = args[0];
-    Py_ssize_t at = PyByteArray_GET_SIZE(buf), need = at + 8 * width;
-    if (PyByteArray_Resize(buf, need) < 0) return NULL;
-    char *out = PyByteArray_AS_STRING(buf) + at;
+    RowBuf *r = (RowBuf *)buf;
+    Py_ssize_t at = rowbuf ? r->len : PyByteArray_GET_SIZE(buf), need = at + 8 * width;
+    char *out;
+    if (rowbuf) {
+        if (rowbuf_reserve(r, need) < 0) return NULL;
+        out = r->p + at;
+    } else {
+        if (PyByteArray_Resize(buf, need) < 0) return NULL;
+        out = PyByteArray_AS_STRING(buf) + at;
+    }
     for (Py_ssize_t k = 0; k < width; k++) {
         PyObject *o = args[k + 2];
         long long v = -1;
@@ -1223,13 +1318,14 @@ static PyObject *append_row(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (v == -1 && PyErr_Occurred()) {  /* a bad value appends nothing */
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
-            PyByteArray_Resize(buf, at);
+            if (!rowbuf) PyByteArray_Resize(buf, at);
             PyErr_Restore(type, value, tb);
             return NULL;
         }
         int64_t x = (int64_t)v;
         memcpy(out + 8 * k, &x, 8);
     }
+    if (rowbuf) r->len = need;
     Py_RETURN_NONE;
 }
 
@@ -1249,7 +1345,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rowtable", "Native 
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__rowtable(void) {
-    if (PyType_Ready(&MemType) < 0) return NULL;
+    if (PyType_Ready(&MemType) < 0 || PyType_Ready(&RowBufType) < 0) return NULL;
     static int atfork_set;
     if (!atfork_set) {
         if (pthread_atfork(pool_prepare, pool_resume, pool_resume) != 0) {
@@ -1258,5 +1354,15 @@ PyMODINIT_FUNC PyInit__rowtable(void) {
         }
         atfork_set = 1;
     }
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *api = PyCapsule_New(&rowbuf_api, ROWBUF_CAPSULE, NULL);
+    int bad = api == NULL || PyModule_AddObjectRef(m, "_rowbuf_api", api) < 0 ||
+              PyModule_AddObjectRef(m, "RowBuffer", (PyObject *)&RowBufType) < 0;
+    Py_XDECREF(api);
+    if (bad) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

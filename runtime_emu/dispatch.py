@@ -57,7 +57,7 @@ class Dispatch:
         self.recorder: Recorder = rows.recorder
         #: Ground truth of finished tasks (GroundTruth's packed rows, its text codes) and the
         #: host blocks (its list).
-        self.truth: bytearray = truth.tasks
+        self.truth: Any = truth.tasks
         self.truth_codes: dict[str, int] = truth.codes
         self.host_blocks: list[tuple] = truth.host_blocks
         self.keep_truth = truth.keep

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from runtime_emu.recorder import StringCodes
+from runtime_emu.recorder import StringCodes, new_buffer
 
 #: The fields recorded per finished device task.
 #: `record` is the correlation id of an event record: for a wait, the record it captured (None:
@@ -41,7 +41,7 @@ class GroundTruth:
         #: Parquet, whose memory must not grow with its length); the document has empty lists.
         self.keep = keep
         #: TASK_FIELDS values per finished task as int64 rows, in finish order.
-        self.tasks = bytearray()
+        self.tasks: Any = new_buffer()
         #: text -> code of the text fields (a new text gets the next code).
         self.codes = StringCodes()
         #: HOST_BLOCK_FIELDS tuples, in the order the blocks ended.

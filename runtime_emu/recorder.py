@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Final
+from typing import Any, Callable, Final
 
 import numpy as np
 
@@ -96,8 +96,17 @@ def _append_function() -> Callable[..., None]:
     return _packed_append if module is None else module.append_row  # type: ignore[no-any-return]
 
 
-#: append_row(buf, width, *values): `width` int64 fields appended to the bytearray `buf`.
+#: append_row(buf, width, *values): `width` int64 fields appended to the row buffer `buf`.
 append_row: Final = _append_function()
+
+
+def new_buffer(data: bytes = b"") -> Any:
+    """A row buffer holding a copy of `data`: the native build's RowBuffer, whose memory comes from
+    its block pool and goes back to it (runtime_emu/_rowbuf.h), or, without it, a bytearray."""
+    from runtime_emu.tables import native_module  # the pool's limit (MSPROF_PY_POOL_MB) set first
+
+    module = native_module()
+    return bytearray(data) if module is None else module.RowBuffer(data)
 
 
 @dataclass
@@ -108,14 +117,14 @@ class Recorder:
     switches: Switches = field(default_factory=Switches)
     #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind
     #: (a kernel's op type), event_id, step
-    tasks: bytearray = field(default_factory=bytearray)
+    tasks: Any = field(default_factory=new_buffer)
     #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks, blocked (code of why
     #: the call held its thread past its own overhead), blocked_ns, src, dst (a copy's addresses)
-    apis: bytearray = field(default_factory=bytearray)
+    apis: Any = field(default_factory=new_buffer)
     #: rank, is_finish, ts, pid, tid, corr, device, stream, step
-    flows: bytearray = field(default_factory=bytearray)
+    flows: Any = field(default_factory=new_buffer)
     #: rank, pid, name, ts, value, unit, device, stream, step (integer-valued counters)
-    counters: bytearray = field(default_factory=bytearray)
+    counters: Any = field(default_factory=new_buffer)
     #: Full rows in COLUMN_NAMES order (metadata, memory instants, steps, float counters...).
     rows: list[tuple] = field(default_factory=list)
     strings: "StringCodes" = field(default_factory=lambda: StringCodes(_FIXED_CODES))
@@ -124,7 +133,7 @@ class Recorder:
     def _buffer(self, name: str, width: int) -> np.ndarray | None:
         """A buffer's rows as an (n, width) int64 array; the recorder starts a new buffer."""
         packed = getattr(self, name)
-        setattr(self, name, bytearray())  # the array shares the old buffer's memory
+        setattr(self, name, new_buffer())  # the array shares the old buffer's memory
         return _array(packed, width)
 
     def take(self) -> "Chunk":
@@ -157,7 +166,7 @@ class Recorder:
                 continue
             early = rows[:, ts_col] < before
             out[name] = rows[early] if early.any() else None
-            setattr(self, name, bytearray(rows[~early].tobytes()))  # the rest, in recording order
+            setattr(self, name, new_buffer(rows[~early].tobytes()))  # the rest, in recording order
         full = [row for row in self.rows if row[4] < before]
         self.rows = [row for row in self.rows if row[4] >= before]
         return Chunk(full, out, list(self.strings))
@@ -166,7 +175,7 @@ class Recorder:
         """A copy of every row recorded so far, the recorder left as it is. Another thread may take
         one while the program goes on recording: each buffer is copied in one step (every copied
         row is whole), and the strings after the buffers (every code in the copied rows is known)."""
-        tasks, apis, flows, counters = self.tasks[:], self.apis[:], self.flows[:], self.counters[:]
+        tasks, apis, flows, counters = bytes(self.tasks), bytes(self.apis), bytes(self.flows), bytes(self.counters)
         rows = self.rows[:]
         strings = list(self.strings)
         return Chunk(rows, {"tasks": _array(tasks, TASK_W), "apis": _array(apis, API_W), "flows": _array(flows, FLOW_W),
@@ -235,7 +244,7 @@ class Chunk:
         return Trace(table=build(self, arrow_schema(meta), canonical=canonical), meta=meta)  # empties this chunk
 
 
-def _array(packed: bytearray, width: int) -> np.ndarray | None:
+def _array(packed: Any, width: int) -> np.ndarray | None:
     """Packed rows as an (n, width) int64 array sharing their memory; None for no rows."""
     if not packed:
         return None

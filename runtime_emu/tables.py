@@ -317,9 +317,10 @@ def _run_plan(plan: acero.Declaration) -> pa.Table:
     return _complete(plan.to_table(use_threads=False))
 
 
-#: The MiB of blocks the native build keeps for the next build in the process when a table lets go
-#: of them (_rowtable.c, "a pool of big blocks"): memory new from the kernel costs a page fault
-#: per 4 KiB, several microseconds each on VMs that give freed memory back to their host.
+#: The MiB of blocks the native build keeps for the next recording and build in the process when a
+#: table or the recorder's row buffers let go of them (_rowtable.c, "a pool of big blocks";
+#: _rowbuf.h): memory new from the kernel costs a page fault per 4 KiB, several microseconds each
+#: on VMs that give freed memory back to their host.
 POOL_ENV = "MSPROF_PY_POOL_MB"
 POOL_DEFAULT_MB = 1024
 _pool_configured = False

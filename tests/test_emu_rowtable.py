@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from msprof_py.trace.schema import TraceMeta, arrow_schema, canonical_dictionaries
-from runtime_emu import Kernel, Runtime, scenarios, tables
+from runtime_emu import PRESETS, Kernel, Runtime, scenarios, tables
 from runtime_emu.recorder import (
     _FIXED_CODES,
     API_W,
@@ -393,3 +393,62 @@ def test_append_row_refuses_a_bad_row_and_appends_nothing(width, values, error):
         assert buf == b"12345678"
     with pytest.raises(TypeError):
         NATIVE.append_row(b"bytes are not a bytearray", 1, 1)
+
+
+# ------------------------------------------------------------------ the recorder's row buffers
+def test_a_row_buffer_takes_rows_as_a_bytearray_does():
+    from runtime_emu import recorder
+
+    rng = random.Random(6)
+    buf, packed = NATIVE.RowBuffer(), bytearray()
+    assert not buf and len(buf) == 0 and bytes(buf) == b""
+    for _ in range(20_000):  # past its first room, and several doublings
+        width = rng.choice((9, 16, 17))
+        values = [rng.randrange(-(1 << 63), 1 << 63) for _ in range(width)]
+        NATIVE.append_row(buf, width, *values)
+        recorder._packed_append(packed, width, *values)
+    assert len(buf) == len(packed) and bytes(buf) == bytes(packed)
+    assert np.array_equal(np.frombuffer(buf, dtype=np.int64), np.frombuffer(packed, dtype=np.int64))
+    assert bytes(NATIVE.RowBuffer(b"0123456789abcdef")) == b"0123456789abcdef"
+    assert buf.__sizeof__() >= len(buf)
+    assert type(recorder.new_buffer()) is NATIVE.RowBuffer  # the recorder's, with the native build
+
+
+def test_a_row_buffer_refuses_a_bad_row_and_a_resize_while_viewed():
+    buf = NATIVE.RowBuffer(b"12345678")
+    with pytest.raises(OverflowError):
+        NATIVE.append_row(buf, 2, 1, 1 << 63)
+    assert bytes(buf) == b"12345678"  # a bad row appends nothing
+    view = memoryview(buf)
+    for _ in range(9000):  # room for some rows in place, then a resize
+        try:
+            NATIVE.append_row(buf, 1, 7)
+        except BufferError as exc:
+            assert "cannot be re-sized" in str(exc)
+            break
+    else:
+        pytest.fail("the buffer grew while a view of it was alive")
+    view.release()
+    NATIVE.append_row(buf, 1, 7)  # with the view gone it grows
+
+
+def test_a_recordings_row_buffers_go_back_to_the_pool_for_the_next_one():
+    def run() -> None:
+        rt = Runtime(preset=PRESETS["910B3"].with_(cube_cores=4))
+        rt.set_device(0)
+        streams = [rt.create_stream() for _ in range(2)]
+        k = Kernel("k", block_ns=1000)
+        for i in range(40_000):  # ~5 MB of API rows: pool-sized blocks
+            rt.launch_kernel(k, 1, streams[i % 2])
+        rt.synchronize_device()
+        assert type(rt.recorder.apis) is NATIVE.RowBuffer
+        rt.finish()
+
+    NATIVE.release_pool()
+    run()
+    blocks, pooled, _limit = NATIVE.pool_state()
+    assert blocks > 0 and pooled > 0  # the buffers' blocks (and the table's, once freed) are kept
+    run()  # takes them again: the pool holds about what it held, not a second run's worth more
+    assert pooled <= NATIVE.pool_state()[1] <= 1.25 * pooled
+    NATIVE.release_pool()
+    assert NATIVE.pool_state()[:2] == (0, 0)
