@@ -17,7 +17,9 @@
  *           when it finishes, and advances the stream. A stream whose head is a Task (a copy,
  *           an event record or wait, a collective) is handed to Dispatch.advance. try_launch
  *           is aclrtLaunchKernel's common case (one host thread, room in the queue) in one
- *           call; acl.rt.launch_kernel and Runtime.launch_kernel call it first.
+ *           call; acl.rt.launch_kernel and Runtime.launch_kernel call it first. pick is
+ *           host.Coordinator._pick's loop (host threads taking turns in virtual-time order).
+ *   Drained the predicate of a host wait on streams (synchronize, a full queue).
  *   Stream, HostThread
  *           device.Stream's and host.HostThread's attributes as C fields (runtime_emu/state.py
  *           uses these types whenever this module is built): the state a launch and a kernel's
@@ -59,7 +61,7 @@ static PyObject *GETCURRENT; /* greenlet.getcurrent */
 static PyObject *(*greenlet_current)(void);
 static PyObject *S_busy, *S_queue, *S_launches, *S_launches_at, *S_pending, *S_last_end_ns, *S_last_kind,
     *S_last_cause, *S_last_producer, *S_last_record, *S_capacity, *S_clock, *S_busy_from, *S_named, *S_step, *S_tid, *S_default_stream,
-    *S_finished, *S_running, *S_live, *S_corr, *S_destroyed, *S_threads, *S_rt, *S_id, *S_priority, *S_qcode, *S_device, *S_rank, *S_pid,
+    *S_finished, *S_running, *S_ready, *S_blocked, *S_live, *S_corr, *S_destroyed, *S_threads, *S_rt, *S_id, *S_priority, *S_qcode, *S_device, *S_rank, *S_pid,
     *S_pools, *S_cube, *S_vector, *S_name, *S_block_ns, *S_core, *S_task_type, *S_op_type, *S_task_time,
     *S_runtime_api, *S_tasks, *S_apis, *S_flows, *S_counters, *S_strings, *S_switches, *S_cuts, *S_due, *S_cut,
     *S_advance, *S_popleft, *S_append, *S_launch_api, *S_launch_kind, *S_queue_full, *S_kernel, *S_wait, *S_memcpy, *S_empty, *S_AI_CORE, *S_AI_VECTOR_CORE,
@@ -139,8 +141,12 @@ static int run_entry(Engine *e, Entry *it);
 
 /* ================================================================== pools and kernel tasks */
 
+/* A kernel's numbers and codes, cached per Kernel object in a fixed table (KCACHE entries,
+ * direct-mapped by address): a program that makes a Kernel per launch (the scenarios jitter
+ * each launch's time) would otherwise have every one of them kept alive by the cache. */
+#define KCACHE 1024
 typedef struct {
-    PyObject *kernel; /* owned: keeps the address from being reused while it is cached */
+    PyObject *kernel; /* owned (NULL: empty): keeps the address from being reused while cached */
     int64_t block_ns;
     int vector;
     int64_t name_code, type_code, op_code; /* recorder string codes; -1: not looked up yet */
@@ -176,7 +182,9 @@ typedef struct {
 typedef struct {
     int64_t corr, launch, arrive, ready, start, step, qblocked, record;
     int64_t blocks, remaining, cores, waves;
-    KInfo *k;
+    PyObject *kernel; /* owned */
+    int64_t block_ns;
+    int vector;
     Stream *s; /* owned */
     int cause;
     PyObject *producer; /* owned */
@@ -200,15 +208,6 @@ struct Pool {
     Py_ssize_t n, cap;
 };
 
-typedef struct {
-    void *key;
-    Py_ssize_t index; /* into the info array */
-} Slot;
-
-typedef struct {
-    Slot *slots;
-    Py_ssize_t cap, n; /* cap: a power of two */
-} Map;
 
 struct Core {
     PyObject_HEAD
@@ -227,9 +226,7 @@ struct Core {
     int64_t truth_fixed[NCAUSE + 2]; /* codes of the causes, "kernel" and ""; -1: not yet */
     PyObject *codes;                 /* owned: recorder.strings (a recorder keeps its table) */
     int64_t launch_api, launch_kind, queue_full; /* their codes in it; -1: not yet */
-    KInfo *kinfo;
-    Py_ssize_t nk, capk;
-    Map kmap;
+    KInfo kcache[KCACHE];
     KTask *tasks_slab;
     Py_ssize_t ntasks, captasks;
     int32_t free_slot;
@@ -245,44 +242,6 @@ struct Core {
     PyObject *last_thread; /* owned: its HostThread (an entry of `threads`, so it stays its) */
     int64_t launch_overhead, dispatch_latency;
 };
-
-/* ---------------------------------------------------------------- a pointer -> index map */
-
-static Py_ssize_t map_find(Map *m, void *key) {
-    if (m->cap == 0) return -1;
-    size_t mask = (size_t)m->cap - 1, i = ((uintptr_t)key >> 4) * 11400714819323198485ull >> 7 & mask;
-    for (;;) {
-        Slot *s = &m->slots[i];
-        if (s->key == key) return s->index;
-        if (s->key == NULL) return -1;
-        i = (i + 1) & mask;
-    }
-}
-
-static int map_put(Map *m, void *key, Py_ssize_t index) {
-    if (2 * (m->n + 1) > m->cap) {
-        Py_ssize_t cap = m->cap ? 2 * m->cap : 64;
-        Slot *old = m->slots;
-        Py_ssize_t oldcap = m->cap;
-        m->slots = PyMem_Calloc((size_t)cap, sizeof(Slot));
-        if (m->slots == NULL) {
-            m->slots = old;
-            PyErr_NoMemory();
-            return -1;
-        }
-        m->cap = cap;
-        m->n = 0;
-        for (Py_ssize_t j = 0; j < oldcap; j++)
-            if (old[j].key != NULL) map_put(m, old[j].key, old[j].index);
-        PyMem_Free(old);
-    }
-    size_t mask = (size_t)m->cap - 1, i = ((uintptr_t)key >> 4) * 11400714819323198485ull >> 7 & mask;
-    while (m->slots[i].key != NULL) i = (i + 1) & mask;
-    m->slots[i].key = key;
-    m->slots[i].index = index;
-    m->n++;
-    return 0;
-}
 
 /* ---------------------------------------------------------------- attribute helpers */
 
@@ -547,32 +506,19 @@ static Stream *as_stream(Core *c, PyObject *o) {
 }
 
 static KInfo *kernel_info(Core *c, PyObject *kernel) {
-    Py_ssize_t i = map_find(&c->kmap, kernel);
-    if (i >= 0) return &c->kinfo[i];
-    if (c->nk == c->capk) {
-        Py_ssize_t cap = c->capk ? 2 * c->capk : 16;
-        KInfo *a = PyMem_Realloc(c->kinfo, (size_t)cap * sizeof(KInfo));
-        if (a == NULL) return (KInfo *)PyErr_NoMemory();
-        for (Py_ssize_t t = 0; t < c->ntasks; t++)
-            if (c->tasks_slab[t].k != NULL) c->tasks_slab[t].k = a + (c->tasks_slab[t].k - c->kinfo);
-        c->kinfo = a;
-        c->capk = cap;
-    }
-    KInfo *k = &c->kinfo[c->nk];
+    KInfo *k = &c->kcache[(((uintptr_t)kernel >> 4) * 11400714819323198485ull >> 32) & (KCACHE - 1)];
+    if (k->kernel == kernel) return k;
+    int64_t block_ns;
     PyObject *core = NULL;
-    if (get_i64(kernel, S_block_ns, &k->block_ns) || (core = attr_get(kernel, S_core)) == NULL) {
-        Py_XDECREF(core);
-        return NULL;
-    }
+    if (get_i64(kernel, S_block_ns, &block_ns) || (core = attr_get(kernel, S_core)) == NULL) return NULL;
     int vector = PyObject_RichCompareBool(core, S_vector, Py_EQ);
     Py_DECREF(core);
     if (vector < 0) return NULL;
+    Py_XSETREF(k->kernel, Py_NewRef(kernel));
+    k->block_ns = block_ns;
     k->vector = vector;
     k->name_code = k->type_code = k->op_code = k->truth_name = -1;
-    if (map_put(&c->kmap, kernel, c->nk) < 0) return NULL;
-    Py_INCREF(kernel);
-    k->kernel = kernel;
-    return &c->kinfo[c->nk++];
+    return k;
 }
 
 /* the codes of a kernel's task type, name and op type, looked up when its first row is written,
@@ -625,7 +571,7 @@ static int32_t task_new(Core *c) {
 static void task_free(Core *c, int32_t slot) {
     KTask *t = &c->tasks_slab[slot];
     Py_CLEAR(t->producer);
-    t->k = NULL;
+    Py_CLEAR(t->kernel);
     Py_CLEAR(t->s);
     t->next_free = c->free_slot;
     c->free_slot = slot;
@@ -723,8 +669,9 @@ static int task_finished(Core *c, int32_t slot) {
     Py_INCREF(producer);
     Py_SETREF(s->last_producer, producer);
     s->last_record = t->record;
+    KInfo *k = kernel_info(c, t->kernel); /* its codes (its entry may have gone to another kernel meanwhile) */
+    if (k == NULL) return -1;
     if (c->keep_truth) { /* codes in dispatch.py's order: kind, name, cause, producer */
-        KInfo *k = t->k;
         int64_t kind = truth_fixed(c, NCAUSE);
         if (kind < 0) return -1;
         if (k->truth_name < 0) {
@@ -744,7 +691,6 @@ static int task_finished(Core *c, int32_t slot) {
     }
     if (core_fresh(c) < 0) return -1;
     if (c->task_time) {
-        KInfo *k = t->k;
         if (k->name_code < 0 && kernel_codes(c, k) < 0) return -1;
         int64_t row[W_TASK] = {s->rank, s->dev_id, s->pid, s->id, t->start, now - t->start, k->name_code, 0,
                                k->type_code, t->corr, t->blocks, t->waves, NUL, k->op_code, NUL, t->step};
@@ -801,7 +747,7 @@ static int pool_dispatch(Pool *p) {
             t = &c->tasks_slab[slot];
         }
         t->waves += 1;
-        if (heap_push(e, e->now + t->k->block_ns, (PyObject *)p, NULL, OP_BLOCKS, slot, grant) < 0) return -1;
+        if (heap_push(e, e->now + t->block_ns, (PyObject *)p, NULL, OP_BLOCKS, slot, grant) < 0) return -1;
         if (remaining) {
             if (p->waiting[0].k0 && !p->preemption) p->waiting[0].k0 = 0;
         } else {
@@ -836,7 +782,7 @@ static int pool_blocks_done(Pool *p, int32_t slot, int64_t count) {
         if (!remaining) wait_pop(p);
         p->free += count - grant;
         Engine *e = c->engine;
-        if (heap_push(e, e->now + t->k->block_ns, (PyObject *)p, NULL, OP_BLOCKS, slot, grant) < 0) return -1;
+        if (heap_push(e, e->now + t->block_ns, (PyObject *)p, NULL, OP_BLOCKS, slot, grant) < 0) return -1;
         return p->free ? pool_dispatch(p) : 0;
     }
     p->free += count;
@@ -891,7 +837,9 @@ static int core_advance(Core *c, Stream *s) {
     if (slot < 0) return -1;
     KTask *t = &c->tasks_slab[slot];
     memset(t, 0, sizeof(*t));
-    t->k = k;
+    t->kernel = Py_NewRef(k->kernel);
+    t->block_ns = k->block_ns;
+    t->vector = k->vector;
     t->s = (Stream *)Py_NewRef(s);
     t->blocks = f[0];
     t->corr = f[1];
@@ -922,7 +870,7 @@ static int core_advance(Core *c, Stream *s) {
             t->cause = is_copy ? CAUSE_COPY : CAUSE_STREAM;
         }
     }
-    return pool_submit(s->pools[k->vector], slot);
+    return pool_submit(s->pools[t->vector], slot);
 }
 
 /* ================================================================== running entries */
@@ -1539,9 +1487,10 @@ static int core_traverse(Core *c, visitproc visit, void *arg) {
     Py_VISIT(c->kernel_type);
     Py_VISIT(c->last_glet);
     Py_VISIT(c->last_thread);
-    for (Py_ssize_t i = 0; i < c->nk; i++) Py_VISIT(c->kinfo[i].kernel);
+    for (Py_ssize_t i = 0; i < KCACHE; i++) Py_VISIT(c->kcache[i].kernel);
     for (Py_ssize_t i = 0; i < c->ntasks; i++) {
         Py_VISIT(c->tasks_slab[i].producer);
+        Py_VISIT(c->tasks_slab[i].kernel);
         Py_VISIT(c->tasks_slab[i].s);
     }
     return 0;
@@ -1563,23 +1512,19 @@ static int core_clear(Core *c) {
     Py_CLEAR(c->kernel_type);
     Py_CLEAR(c->last_glet);
     Py_CLEAR(c->last_thread);
-    for (Py_ssize_t i = 0; i < c->nk; i++) Py_CLEAR(c->kinfo[i].kernel);
+    for (Py_ssize_t i = 0; i < KCACHE; i++) Py_CLEAR(c->kcache[i].kernel);
     for (Py_ssize_t i = 0; i < c->ntasks; i++) {
         Py_CLEAR(c->tasks_slab[i].producer);
+        Py_CLEAR(c->tasks_slab[i].kernel);
         Py_CLEAR(c->tasks_slab[i].s);
     }
-    c->nk = 0;
-    c->kmap.n = 0;
-    if (c->kmap.slots) memset(c->kmap.slots, 0, (size_t)c->kmap.cap * sizeof(Slot));
     return 0;
 }
 
 static void core_dealloc(Core *c) {
     PyObject_GC_UnTrack(c);
     core_clear(c);
-    PyMem_Free(c->kinfo);
     PyMem_Free(c->tasks_slab);
-    PyMem_Free(c->kmap.slots);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -1788,6 +1733,155 @@ done:
     return result;
 }
 
+/* ================================================================== the host's waits on streams */
+
+/* Drained(streams, room): a host wait's predicate on streams, called as pred() (host.Coordinator
+ * .block): room 0, every stream has retired all it was given (aclrtSynchronizeStream/Device);
+ * room 1, the one stream's queue has room for a launch. The lambdas it stands for read
+ * `pending` as an attribute, a few hundred instructions a call, and a wait calls its predicate
+ * whenever something it can see may have changed. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *streams; /* tuple of Stream */
+    int room;
+} Drained;
+
+static PyTypeObject DrainedType;
+
+static int drained_holds(Drained *d) {
+    Py_ssize_t n = PyTuple_GET_SIZE(d->streams);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Stream *s = (Stream *)PyTuple_GET_ITEM(d->streams, i);
+        if (d->room ? s->pending >= s->capacity : s->pending != 0) return 0;
+    }
+    return 1;
+}
+
+static PyObject *drained_call(PyObject *op, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "a stream wait's predicate takes no arguments");
+        return NULL;
+    }
+    return PyBool_FromLong(drained_holds((Drained *)op));
+}
+
+static int drained_traverse(Drained *d, visitproc visit, void *arg) {
+    Py_VISIT(d->streams);
+    return 0;
+}
+
+static int drained_clear(Drained *d) {
+    Py_CLEAR(d->streams);
+    return 0;
+}
+
+static void drained_dealloc(Drained *d) {
+    PyObject_GC_UnTrack(d);
+    drained_clear(d);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+static PyObject *drained_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"streams", "room", NULL};
+    PyObject *streams;
+    int room = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|p:Drained", names, &PyTuple_Type, &streams, &room)) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(streams); i++)
+        if (!Py_IS_TYPE(PyTuple_GET_ITEM(streams, i), &StreamType)) {
+            PyErr_SetString(PyExc_TypeError, "Drained: streams is a tuple of runtime_emu._core.Stream");
+            return NULL;
+        }
+    if (room && PyTuple_GET_SIZE(streams) != 1) {
+        PyErr_SetString(PyExc_ValueError, "Drained: room is a wait on one stream");
+        return NULL;
+    }
+    Drained *d = (Drained *)type->tp_alloc(type, 0);
+    if (d == NULL) return NULL;
+    d->streams = Py_NewRef(streams);
+    d->room = room;
+    return (PyObject *)d;
+}
+
+static PyTypeObject DrainedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime_emu._core.Drained",
+    .tp_doc = "Drained(streams, room=False)(): True when every stream has retired all it was given (with room: "
+              "when the one stream's queue has room for a launch).",
+    .tp_basicsize = sizeof(Drained),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = drained_new,
+    .tp_call = drained_call,
+    .tp_dealloc = (destructor)drained_dealloc,
+    .tp_traverse = (traverseproc)drained_traverse,
+    .tp_clear = (inquiry)drained_clear,
+};
+
+/* state is one of the host thread states (host.py's READY, BLOCKED, ...: the same interned texts) */
+static inline int is_state(PyObject *state, PyObject *which) {
+    return state == which || (PyUnicode_CheckExact(state) && PyUnicode_Compare(state, which) == 0);
+}
+
+/* pick(order) -> host.Coordinator._pick for the C core: simulate the device until a host thread
+ * of `order` can run, and return the earliest one (ties: the first in order) running, the engine
+ * at its clock; None when none can and no device work is left (the Coordinator then sees what
+ * is blocked). A blocked thread whose pred() holds becomes ready at the engine's time. The
+ * Python loop read five attributes of every thread between two engine events, ~180
+ * instructions each on these types; this reads their fields. */
+static PyObject *core_pick(Core *c, PyObject *order) {
+    if (!PyList_CheckExact(order)) {
+        PyErr_SetString(PyExc_TypeError, "pick(order): order is the Coordinator's list of host threads");
+        return NULL;
+    }
+    Engine *e = c->engine;
+    for (;;) {
+        Thread *first = NULL;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
+            Thread *t = (Thread *)PyList_GET_ITEM(order, i);
+            if (!Py_IS_TYPE(t, &ThreadType)) {
+                PyErr_SetString(PyExc_TypeError, "pick(order): a host thread is not a runtime_emu._core.HostThread");
+                return NULL;
+            }
+            if (is_state(t->state, S_blocked) && t->pred != NULL && t->pred != Py_None) {
+                Py_INCREF(t);
+                int holds;
+                if (Py_IS_TYPE(t->pred, &DrainedType)) {
+                    holds = drained_holds((Drained *)t->pred);
+                } else {
+                    PyObject *r = PyObject_CallNoArgs(t->pred);
+                    holds = r == NULL ? -1 : PyObject_IsTrue(r);
+                    Py_XDECREF(r);
+                }
+                if (holds > 0) {
+                    Py_SETREF(t->state, Py_NewRef(S_ready));
+                    Py_SETREF(t->pred, Py_NewRef(Py_None));
+                    if (e->now > t->clock) t->clock = e->now;
+                }
+                Py_DECREF(t);
+                if (holds < 0) return NULL;
+            }
+            if (is_state(t->state, S_ready) && (first == NULL || t->clock < first->clock)) first = t;
+        }
+        e->pygen++;
+        if (e->n && (first == NULL || e->heap[0].t <= first->clock)) {
+            if (step_one(e) < 0) return NULL;
+            continue;
+        }
+        if (first == NULL) Py_RETURN_NONE;
+        Py_INCREF(first);
+        while (e->n && e->heap[0].t <= first->clock)
+            if (step_one(e) < 0) {
+                Py_DECREF(first);
+                return NULL;
+            }
+        if (first->clock > e->now) e->now = first->clock;
+        Py_SETREF(first->state, Py_NewRef(S_running));
+        return (PyObject *)first;
+    }
+}
+
+/* drained(streams, room=False) -> a Drained: the predicate of a host wait on these streams */
+static PyObject *core_drained(Core *c, PyObject *args, PyObject *kw) { return drained_new(&DrainedType, args, kw); }
+
 /* next_corr() -> the correlation id of a new task (Dispatch.new_task's) */
 static PyObject *core_next_corr(Core *c, PyObject *unused) { return PyLong_FromLongLong(++c->corr); }
 
@@ -1816,6 +1910,9 @@ static PyMethodDef core_methods[] = {
     {"try_launch", (PyCFunction)(void (*)(void))core_try_launch, METH_FASTCALL,
      "try_launch(kernel, blocks, stream=None): a kernel launch's common case, its corr; else NotImplemented"},
     {"next_corr", (PyCFunction)core_next_corr, METH_NOARGS, "the correlation id of a new task"},
+    {"pick", (PyCFunction)core_pick, METH_O, "pick(order): host.Coordinator._pick's loop for the C core"},
+    {"drained", (PyCFunction)(void (*)(void))core_drained, METH_VARARGS | METH_KEYWORDS,
+     "drained(streams, room=False): a host wait's predicate on streams (see Drained)"},
     {"earliest", (PyCFunction)core_earliest, METH_O, "min(w, start of every running kernel)"},
     {NULL}};
 
@@ -1872,6 +1969,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     INTERN(S_default_stream, "default_stream");
     INTERN(S_finished, "finished");
     INTERN(S_running, "running");
+    INTERN(S_ready, "ready");
+    INTERN(S_blocked, "blocked");
     INTERN(S_live, "live");
     INTERN(S_corr, "corr");
     INTERN(S_destroyed, "destroyed");
@@ -1937,7 +2036,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyErr_Clear();
     }
     if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&PoolType) < 0 || PyType_Ready(&CoreType) < 0 ||
-        PyType_Ready(&StreamType) < 0 || PyType_Ready(&ThreadType) < 0)
+        PyType_Ready(&StreamType) < 0 || PyType_Ready(&ThreadType) < 0 || PyType_Ready(&DrainedType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
@@ -1946,7 +2045,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddObjectRef(m, "Pool", (PyObject *)&PoolType) < 0 ||
         PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0 ||
         PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0 ||
-        PyModule_AddObjectRef(m, "HostThread", (PyObject *)&ThreadType) < 0) {
+        PyModule_AddObjectRef(m, "HostThread", (PyObject *)&ThreadType) < 0 ||
+        PyModule_AddObjectRef(m, "Drained", (PyObject *)&DrainedType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

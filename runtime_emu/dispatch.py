@@ -142,8 +142,9 @@ class Dispatch:
         if stream.pending < stream.capacity:
             return 0
         blocked_from = th.clock
-        self.coord.block(th, lambda: stream.pending < stream.capacity,
-                         f"queue of stream {stream.id} is full and nothing retires")
+        native = self.native
+        room = (lambda: stream.pending < stream.capacity) if native is None else native.drained((stream,), True)
+        self.coord.block(th, room, f"queue of stream {stream.id} is full and nothing retires")
         if self.keep_truth:
             self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, corr))
         return th.clock - blocked_from

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final
 
 import greenlet
 
+from runtime_emu import state
 from runtime_emu.errors import ACL_ERROR_RT_INTERNAL_ERROR, AclError, Deadlock
-from runtime_emu.state import BLOCKED, DONE, READY, RUNNING, HostThread
+from runtime_emu.state import HostThread
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
@@ -26,6 +27,12 @@ _getcurrent: Final = greenlet.getcurrent
 
 #: `busy_from` of a thread whose call in progress records no row at its start (a join).
 NO_ROW_PENDING: Final = 1 << 62
+
+#: A host thread's states (Final here, so compiled code reads them without a global lookup).
+READY: Final = state.READY
+RUNNING: Final = state.RUNNING
+BLOCKED: Final = state.BLOCKED
+DONE: Final = state.DONE
 
 
 #: Which runtime each host-thread greenlet belongs to (weak: finished jobs are collected).
@@ -120,6 +127,9 @@ class Coordinator:
 
     def _pick(self) -> HostThread | None:
         """Simulate the device until a host thread can run; return the earliest one."""
+        if self.native is not None:  # the same loop in C, over the C core's host threads
+            picked: HostThread | None = self.native.pick(self.order)
+            return picked if picked is not None else self._stuck()
         engine = self.rt.engine
         while True:
             first = None
@@ -135,16 +145,21 @@ class Coordinator:
                 engine.step()
                 continue
             if first is None:
-                blocked = [t for t in self.order if t.state == BLOCKED]
-                if not blocked:
-                    return None
-                for b in blocked:  # nothing can wake them: each raises Deadlock where it waits
-                    b.error = Deadlock(f"host thread {b.tid} (rank {b.rank}) waits forever: {b.what}")
-                    b.state = READY
-                return blocked[0]
+                return self._stuck()
             engine.run_until(first.clock)
             first.state = RUNNING
             return first
+
+    def _stuck(self) -> HostThread | None:
+        """No host thread can run and no device work is left: None if none waits, else every
+        waiting thread raises Deadlock where it waits (the first of them runs next)."""
+        blocked = [t for t in self.order if t.state == BLOCKED]
+        if not blocked:
+            return None
+        for b in blocked:
+            b.error = Deadlock(f"host thread {b.tid} (rank {b.rank}) waits forever: {b.what}")
+            b.state = READY
+        return blocked[0]
 
 
 class Thread:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 
 from runtime_emu import PRESETS, Kernel, Runtime, acl, state
@@ -171,3 +172,36 @@ def test_the_forwarders_fast_path_is_the_current_runtimes_and_can_be_taken_away(
     rt2 = acl.init(preset=P)
     assert acl.rt.launch_kernel.fast == rt2._fast_launch
     acl.finalize()
+
+
+def test_a_stream_wait_predicate_reads_the_streams_as_the_lambdas_did():
+    rt = Runtime(preset=P)
+    rt.set_device(0)
+    a, b = rt.create_stream(), rt.create_stream()
+    drained, room = rt.dispatch.native.drained((a, b)), rt.dispatch.native.drained((a,), True)
+    assert drained() is True and room() is True
+    for _ in range(4):  # P's queues hold 4
+        rt.launch_kernel(K, 1, a)
+    assert drained() is False and room() is False
+    rt.synchronize_stream(a)
+    assert drained() is True and room() is True
+    with pytest.raises(TypeError, match="tuple of runtime_emu._core.Stream"):
+        rt.dispatch.native.drained(("a",))
+    with pytest.raises(ValueError, match="one stream"):
+        rt.dispatch.native.drained((a, b), True)
+    rt.finish()
+
+
+def test_the_core_keeps_a_bounded_number_of_kernels_however_many_a_program_makes():
+    import gc
+
+    rt = Runtime(preset=PRESETS["910B3"].with_(queue_tasks=10_000))
+    rt.set_device(0)
+    s = rt.create_stream()
+    for i in range(5000):  # a Kernel per launch, as the scenarios make them (each its own time)
+        rt.launch_kernel(Kernel("Op", block_ns=1000 + i), 1, s)
+    rt.synchronize_device()
+    kept = [o for o in gc.get_referents(rt.dispatch.native) if type(o) is Kernel]
+    assert 0 < len(kept) <= 1024  # its cache of kernels' numbers and codes, not every kernel run
+    table = rt.finish().trace.table
+    assert table.filter(pc.equal(table["kind"], "kernel")).num_rows == 5000
