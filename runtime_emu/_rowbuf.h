@@ -6,8 +6,10 @@
  * not resized while a view exists. Its memory comes from the table build's pool of big blocks
  * and goes back to it when the buffer is freed, so the next recording in the process writes
  * into memory faulted in already, where a bytearray takes new memory from the kernel each time
- * (a page fault per 4 KiB, a third of a 400k-kernel run's time on a 2-core VM). It grows by
- * doubling, where a bytearray grows by an eighth and is copied each time. */
+ * (a page fault per 4 KiB, a third of a 400k-kernel run's time on a 2-core VM). A new buffer
+ * starts in a pool block as big as the most one of its role held before; it grows by doubling,
+ * with realloc (a big block's pages move, none is copied), where a bytearray grows by an
+ * eighth. */
 #ifndef RUNTIME_EMU_ROWBUF_H
 #define RUNTIME_EMU_ROWBUF_H
 
@@ -18,6 +20,7 @@ typedef struct {
     char *p;              /* the bytes (a pool block), or NULL while empty */
     Py_ssize_t len, cap;  /* bytes used, bytes room */
     Py_ssize_t exports;   /* buffer-protocol views alive: no resize meanwhile */
+    int role;             /* what it holds (a recorder buffer, the ground truth), -1: unsaid */
 } RowBuf;
 
 /* What _rowtable.c offers _core.c, through the capsule ROWBUF_CAPSULE. */

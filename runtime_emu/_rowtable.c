@@ -79,29 +79,35 @@ static int npool;
 static size_t pooled, pool_limit = (size_t)1024 << 20;
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* At least `size` bytes, from the pool (the smallest block that fits and is not more than
- * twice as big) or new; NULL when out of memory. */
+/* At least `size` bytes from the pool (the smallest block that fits and is not more than twice
+ * as big); NULL when it has none. */
+static void *pool_take(size_t size) {
+    char *base = NULL;
+    size_t cap = 0;
+    if (size < POOL_MIN / 2) return NULL;
+    pthread_mutex_lock(&pool_mu);
+    int best = -1;
+    for (int k = 0; k < npool; k++)
+        if (pool[k].cap >= size && pool[k].cap <= 2 * size && (best < 0 || pool[k].cap < pool[best].cap)) best = k;
+    if (best >= 0) {
+        base = pool[best].base;
+        cap = pool[best].cap;
+        pooled -= cap;
+        pool[best] = pool[--npool];
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (!base) return NULL;
+    memcpy(base, &cap, sizeof cap);
+    return base + BLOCK_HEAD;
+}
+
+/* At least `size` bytes, from the pool or new; NULL when out of memory. */
 static void *pmalloc(size_t size) {
     if (!size) size = 1;
-    char *base = NULL;
-    size_t cap = size;
-    if (size >= POOL_MIN / 2) {
-        pthread_mutex_lock(&pool_mu);
-        int best = -1;
-        for (int k = 0; k < npool; k++)
-            if (pool[k].cap >= size && pool[k].cap <= 2 * size && (best < 0 || pool[k].cap < pool[best].cap)) best = k;
-        if (best >= 0) {
-            base = pool[best].base;
-            cap = pool[best].cap;
-            pooled -= cap;
-            pool[best] = pool[--npool];
-        }
-        pthread_mutex_unlock(&pool_mu);
-    }
-    if (!base) {
-        if (posix_memalign((void **)&base, BLOCK_HEAD, BLOCK_HEAD + cap)) return NULL;
-    }
-    memcpy(base, &cap, sizeof cap);
+    char *p = pool_take(size), *base;
+    if (p) return p;
+    if (posix_memalign((void **)&base, BLOCK_HEAD, BLOCK_HEAD + size)) return NULL;
+    memcpy(base, &size, sizeof size);
     return base + BLOCK_HEAD;
 }
 
@@ -226,6 +232,14 @@ static size_t pcap(const void *p) {
 
 #define ROWBUF_FIRST ((Py_ssize_t)1 << 16) /* a buffer's first room */
 
+/* The most a row buffer of each role (the recorder's buffers by name, the ground truth's) has
+ * held: one of that role takes a pool block that big for its first row when the pool has one,
+ * so a recording the size of an earlier one in the process writes into faulted-in memory and
+ * never grows. (At the first row, not when made: a recorder makes new buffers as it hands the
+ * old ones to a table build, and a finished recording's unused ones must not hold blocks.) */
+#define ROLES 8
+static Py_ssize_t role_size[ROLES];
+
 static int rowbuf_reserve(RowBuf *r, Py_ssize_t need) {
     if (need <= r->cap) return 0;
     if (r->exports) {
@@ -234,24 +248,53 @@ static int rowbuf_reserve(RowBuf *r, Py_ssize_t need) {
     }
     Py_ssize_t cap = r->cap < ROWBUF_FIRST / 2 ? ROWBUF_FIRST : 2 * r->cap;
     if (cap < need) cap = need;
-    char *q = pmalloc((size_t)cap);
+    /* the block it has, grown by realloc, which moves a big block's pages (mremap) where a copy
+     * into another block would fault the rows' pages in twice over (the pool's blocks go to new
+     * buffers whole, at their first row: see role_size) */
+    char *q = NULL;
+    if (r->p == NULL) {
+        size_t held = r->role >= 0 ? (size_t)role_size[r->role] : 0;
+        if (held >= POOL_MIN && held >= (size_t)need) q = pool_take(held);
+        if (q == NULL) q = pmalloc((size_t)cap);
+    } else {
+        char *base = realloc(r->p - BLOCK_HEAD, BLOCK_HEAD + (size_t)cap);
+        if (base != NULL && (uintptr_t)base % BLOCK_HEAD != 0) {
+            /* moved within the heap (a smaller block), off the pool's alignment: into one of its own */
+            q = pmalloc((size_t)cap);
+            if (q != NULL) memcpy(q, base + BLOCK_HEAD, (size_t)r->len);
+            free(base);
+            base = NULL;
+            if (q == NULL) r->p = NULL, r->len = r->cap = 0; /* (its rows are lost with the error) */
+        }
+        if (base != NULL) {
+            size_t room = (size_t)cap;
+            memcpy(base, &room, sizeof room);
+            q = base + BLOCK_HEAD;
+        }
+    }
     if (q == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (r->len) memcpy(q, r->p, (size_t)r->len);
-    pfree(r->p);
     r->p = q;
     r->cap = (Py_ssize_t)pcap(q);
     return 0;
 }
 
-/* RowBuffer(data=b""): a row buffer holding a copy of data */
+/* RowBuffer(data=b"", role=-1): a row buffer holding a copy of data; `role` 0..7 names what it
+ * holds (see role_size) */
 static PyObject *rowbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    static char *names[] = {"data", NULL};
+    static char *names[] = {"data", "role", NULL};
     Py_buffer view = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|y*:RowBuffer", names, &view)) return NULL;
+    int role = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|y*i:RowBuffer", names, &view, &role)) return NULL;
+    if (role < -1 || role >= ROLES) {
+        if (view.obj) PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "RowBuffer: role is -1 (none) or 0..%d, got %d", ROLES - 1, role);
+        return NULL;
+    }
     RowBuf *r = (RowBuf *)type->tp_alloc(type, 0);
+    if (r != NULL) r->role = role;
     if (r != NULL && view.len && rowbuf_append(&(RowBufAPI){type, rowbuf_reserve}, r, view.buf, view.len) < 0)
         Py_CLEAR(r);
     if (view.obj) PyBuffer_Release(&view);
@@ -259,7 +302,9 @@ static PyObject *rowbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 }
 
 static void rowbuf_dealloc(PyObject *o) {
-    pfree(((RowBuf *)o)->p);
+    RowBuf *r = (RowBuf *)o;
+    if (r->role >= 0 && r->len > role_size[r->role]) role_size[r->role] = r->len;
+    pfree(r->p);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -293,7 +338,7 @@ static PyTypeObject RowBufType = {
     .tp_as_sequence = &rowbuf_as_sequence,
     .tp_methods = rowbuf_methods,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RowBuffer(data=b''): the recorder's packed rows, on the block pool (see _rowbuf.h)",
+    .tp_doc = "RowBuffer(data=b'', role=-1): the recorder's packed rows, on the block pool (see _rowbuf.h)",
 };
 
 static RowBufAPI rowbuf_api = {&RowBufType, rowbuf_reserve};

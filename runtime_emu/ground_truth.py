@@ -41,7 +41,7 @@ class GroundTruth:
         #: Parquet, whose memory must not grow with its length); the document has empty lists.
         self.keep = keep
         #: TASK_FIELDS values per finished task as int64 rows, in finish order.
-        self.tasks: Any = new_buffer()
+        self.tasks: Any = new_buffer("truth")
         #: text -> code of the text fields (a new text gets the next code).
         self.codes = StringCodes()
         #: HOST_BLOCK_FIELDS tuples, in the order the blocks ended.

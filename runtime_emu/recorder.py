@@ -100,13 +100,19 @@ def _append_function() -> Callable[..., None]:
 append_row: Final = _append_function()
 
 
-def new_buffer(data: bytes = b"") -> Any:
-    """A row buffer holding a copy of `data`: the native build's RowBuffer, whose memory comes from
-    its block pool and goes back to it (runtime_emu/_rowbuf.h), or, without it, a bytearray."""
+#: What a row buffer holds, for RowBuffer's `role`: a new one starts with room for the most one of
+#: its role held before in the process (the recorder's buffers by name, the ground truth's rows).
+BUFFER_ROLES: Final = {"tasks": 0, "apis": 1, "flows": 2, "counters": 3, "truth": 4}
+
+
+def new_buffer(name: str, data: bytes = b"") -> Any:
+    """A row buffer for `name` (a BUFFER_ROLES key) holding a copy of `data`: the native build's
+    RowBuffer, whose memory comes from its block pool and goes back to it
+    (runtime_emu/_rowbuf.h), or, without it, a bytearray."""
     from runtime_emu.tables import native_module  # the pool's limit (MSPROF_PY_POOL_MB) set first
 
     module = native_module()
-    return bytearray(data) if module is None else module.RowBuffer(data)
+    return bytearray(data) if module is None else module.RowBuffer(data, BUFFER_ROLES[name])
 
 
 @dataclass
@@ -117,14 +123,14 @@ class Recorder:
     switches: Switches = field(default_factory=Switches)
     #: rank, device, pid, stream, ts, dur, name, kind, task_type, corr, blocks, waves, bytes, copy_kind
     #: (a kernel's op type), event_id, step
-    tasks: Any = field(default_factory=new_buffer)
+    tasks: Any = field(default_factory=lambda: new_buffer("tasks"))
     #: rank, pid, tid, name, ts, dur, kind, device, stream, corr, bytes, step, blocks, blocked (code of why
     #: the call held its thread past its own overhead), blocked_ns, src, dst (a copy's addresses)
-    apis: Any = field(default_factory=new_buffer)
+    apis: Any = field(default_factory=lambda: new_buffer("apis"))
     #: rank, is_finish, ts, pid, tid, corr, device, stream, step
-    flows: Any = field(default_factory=new_buffer)
+    flows: Any = field(default_factory=lambda: new_buffer("flows"))
     #: rank, pid, name, ts, value, unit, device, stream, step (integer-valued counters)
-    counters: Any = field(default_factory=new_buffer)
+    counters: Any = field(default_factory=lambda: new_buffer("counters"))
     #: Full rows in COLUMN_NAMES order (metadata, memory instants, steps, float counters...).
     rows: list[tuple] = field(default_factory=list)
     strings: "StringCodes" = field(default_factory=lambda: StringCodes(_FIXED_CODES))
@@ -133,7 +139,7 @@ class Recorder:
     def _buffer(self, name: str, width: int) -> np.ndarray | None:
         """A buffer's rows as an (n, width) int64 array; the recorder starts a new buffer."""
         packed = getattr(self, name)
-        setattr(self, name, new_buffer())  # the array shares the old buffer's memory
+        setattr(self, name, new_buffer(name))  # the array shares the old buffer's memory
         return _array(packed, width)
 
     def take(self) -> "Chunk":
@@ -166,7 +172,7 @@ class Recorder:
                 continue
             early = rows[:, ts_col] < before
             out[name] = rows[early] if early.any() else None
-            setattr(self, name, new_buffer(rows[~early].tobytes()))  # the rest, in recording order
+            setattr(self, name, new_buffer(name, rows[~early].tobytes()))  # the rest, in recording order
         full = [row for row in self.rows if row[4] < before]
         self.rows = [row for row in self.rows if row[4] >= before]
         return Chunk(full, out, list(self.strings))

@@ -411,7 +411,9 @@ def test_a_row_buffer_takes_rows_as_a_bytearray_does():
     assert np.array_equal(np.frombuffer(buf, dtype=np.int64), np.frombuffer(packed, dtype=np.int64))
     assert bytes(NATIVE.RowBuffer(b"0123456789abcdef")) == b"0123456789abcdef"
     assert buf.__sizeof__() >= len(buf)
-    assert type(recorder.new_buffer()) is NATIVE.RowBuffer  # the recorder's, with the native build
+    assert type(recorder.new_buffer("apis")) is NATIVE.RowBuffer  # the recorder's, with the native build
+    with pytest.raises(ValueError, match="role is -1"):
+        NATIVE.RowBuffer(b"", 8)
 
 
 def test_a_row_buffer_refuses_a_bad_row_and_a_resize_while_viewed():
@@ -433,22 +435,32 @@ def test_a_row_buffer_refuses_a_bad_row_and_a_resize_while_viewed():
 
 
 def test_a_recordings_row_buffers_go_back_to_the_pool_for_the_next_one():
-    def run() -> None:
+    import resource
+
+    def run() -> int:
+        """One recording and table: the page faults it took (memory new from the kernel)."""
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         rt = Runtime(preset=PRESETS["910B3"].with_(cube_cores=4))
         rt.set_device(0)
         streams = [rt.create_stream() for _ in range(2)]
         k = Kernel("k", block_ns=1000)
-        for i in range(40_000):  # ~5 MB of API rows: pool-sized blocks
+        for i in range(40_000):  # ~5 MB of API rows, ~25 MB of rows and ~35 MB of table in all
             rt.launch_kernel(k, 1, streams[i % 2])
         rt.synchronize_device()
-        assert type(rt.recorder.apis) is NATIVE.RowBuffer
+        assert type(rt.recorder.apis) is NATIVE.RowBuffer and type(rt.truth.tasks) is NATIVE.RowBuffer
         rt.finish()
+        del rt
+        gc.collect()  # the run's table and buffers freed (a runtime's objects are in cycles)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
     NATIVE.release_pool()
+    cold = run()
+    assert NATIVE.pool_state()[1] > 0  # the buffers' blocks, and the table's, are kept
     run()
-    blocks, pooled, _limit = NATIVE.pool_state()
-    assert blocks > 0 and pooled > 0  # the buffers' blocks (and the table's, once freed) are kept
-    run()  # takes them again: the pool holds about what it held, not a second run's worth more
-    assert pooled <= NATIVE.pool_state()[1] <= 1.25 * pooled
-    NATIVE.release_pool()
+    warm = run()  # takes its memory from the pool: a fraction of the faults
+    assert cold > 10_000 and warm < cold / 4, (cold, warm)
+    NATIVE.set_pool_limit(0)  # no pool: what it held is freed, and it keeps nothing of the next run
     assert NATIVE.pool_state()[:2] == (0, 0)
+    run()
+    assert NATIVE.pool_state()[:2] == (0, 0)
+    NATIVE.set_pool_limit(tables.pool_limit_mb(None) << 20)
