@@ -59,13 +59,11 @@ static PyObject *GETCURRENT; /* greenlet.getcurrent */
 /* greenlet's C API PyGreenlet_GetCurrent (greenlet.h: entry 4 of the capsule greenlet._C_API), when
  * it answers as greenlet.getcurrent does; NULL: that function is called */
 static PyObject *(*greenlet_current)(void);
-static PyObject *S_busy, *S_queue, *S_launches, *S_launches_at, *S_pending, *S_last_end_ns, *S_last_kind,
-    *S_last_cause, *S_last_producer, *S_last_record, *S_capacity, *S_clock, *S_busy_from, *S_named, *S_step, *S_tid, *S_default_stream,
-    *S_finished, *S_running, *S_ready, *S_blocked, *S_live, *S_corr, *S_destroyed, *S_threads, *S_rt, *S_id, *S_priority, *S_qcode, *S_device, *S_rank, *S_pid,
-    *S_pools, *S_cube, *S_vector, *S_name, *S_block_ns, *S_core, *S_task_type, *S_op_type, *S_task_time,
-    *S_runtime_api, *S_tasks, *S_apis, *S_flows, *S_counters, *S_strings, *S_switches, *S_cuts, *S_due, *S_cut,
-    *S_advance, *S_popleft, *S_append, *S_launch_api, *S_launch_kind, *S_queue_full, *S_kernel, *S_wait, *S_memcpy, *S_empty, *S_AI_CORE, *S_AI_VECTOR_CORE,
-    *S_cause_text[NCAUSE];
+static PyObject *S_default_stream, *S_running, *S_ready, *S_blocked, *S_live, *S_threads, *S_id, *S_rank,
+    *S_pid, *S_pools, *S_cube, *S_vector, *S_name, *S_block_ns, *S_core, *S_task_type, *S_op_type,
+    *S_task_time, *S_runtime_api, *S_tasks, *S_apis, *S_flows, *S_counters, *S_strings, *S_switches, *S_cuts,
+    *S_due, *S_cut, *S_advance, *S_popleft, *S_append, *S_launch_api, *S_launch_kind, *S_queue_full, *S_kernel,
+    *S_wait, *S_memcpy, *S_empty, *S_AI_CORE, *S_AI_VECTOR_CORE, *S_cause_text[NCAUSE];
 
 /* ================================================================== the heap */
 
@@ -903,6 +901,14 @@ static int step_one(Engine *e) {
     return run_entry(e, &it);
 }
 
+/* Run every entry due at or before t; the clock ends at t (engine.Engine.run_until). */
+static int run_to(Engine *e, int64_t t) {
+    while (e->n && e->heap[0].t <= t)
+        if (step_one(e) < 0) return -1;
+    if (t > e->now) e->now = t;
+    return 0;
+}
+
 /* ================================================================== Engine's Python API */
 
 static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -1002,9 +1008,7 @@ static PyObject *engine_run_until(Engine *e, PyObject *arg) {
     int64_t t = arg_i64(arg, "t_ns");
     if (t == -1 && PyErr_Occurred()) return NULL;
     e->pygen++;
-    while (e->n && e->heap[0].t <= t)
-        if (step_one(e) < 0) return leave(e, NULL);
-    if (t > e->now) e->now = t;
+    if (run_to(e, t) < 0) return leave(e, NULL);
     return leave(e, Py_NewRef(Py_None));
 }
 
@@ -1702,9 +1706,7 @@ static PyObject *core_try_launch(Core *c, PyObject *const *args, Py_ssize_t narg
     Engine *e = c->engine;
     int64_t t0 = th->busy_from = th->clock;
     e->pygen++;
-    while (e->n && e->heap[0].t <= t0)
-        if (step_one(e) < 0) goto done;
-    if (t0 > e->now) e->now = t0;
+    if (run_to(e, t0) < 0) goto done;
     /* Dispatch.launch_kernel */
     if (s->pending >= s->capacity) { /* the host waits for room: the Python path does */
         result = Py_NewRef(Py_NotImplemented);
@@ -1868,12 +1870,10 @@ static PyObject *core_pick(Core *c, PyObject *order) {
         }
         if (first == NULL) Py_RETURN_NONE;
         Py_INCREF(first);
-        while (e->n && e->heap[0].t <= first->clock)
-            if (step_one(e) < 0) {
-                Py_DECREF(first);
-                return NULL;
-            }
-        if (first->clock > e->now) e->now = first->clock;
+        if (run_to(e, first->clock) < 0) {
+            Py_DECREF(first);
+            return NULL;
+        }
         Py_SETREF(first->state, Py_NewRef(S_running));
         return (PyObject *)first;
     }
@@ -1950,36 +1950,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "runtime_emu._core",
     if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
 
 PyMODINIT_FUNC PyInit__core(void) {
-    INTERN(S_busy, "busy");
-    INTERN(S_queue, "queue");
-    INTERN(S_launches, "launches");
-    INTERN(S_launches_at, "launches_at");
-    INTERN(S_pending, "pending");
-    INTERN(S_last_end_ns, "last_end_ns");
-    INTERN(S_last_kind, "last_kind");
-    INTERN(S_last_cause, "last_cause");
-    INTERN(S_last_producer, "last_producer");
-    INTERN(S_last_record, "last_record");
-    INTERN(S_capacity, "capacity");
-    INTERN(S_clock, "clock");
-    INTERN(S_busy_from, "busy_from");
-    INTERN(S_named, "named");
-    INTERN(S_step, "step");
-    INTERN(S_tid, "tid");
     INTERN(S_default_stream, "default_stream");
-    INTERN(S_finished, "finished");
     INTERN(S_running, "running");
     INTERN(S_ready, "ready");
     INTERN(S_blocked, "blocked");
     INTERN(S_live, "live");
-    INTERN(S_corr, "corr");
-    INTERN(S_destroyed, "destroyed");
     INTERN(S_threads, "threads");
-    INTERN(S_rt, "rt");
     INTERN(S_id, "id");
-    INTERN(S_priority, "priority");
-    INTERN(S_qcode, "qcode");
-    INTERN(S_device, "device");
     INTERN(S_rank, "rank");
     INTERN(S_pid, "pid");
     INTERN(S_pools, "pools");

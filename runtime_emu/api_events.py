@@ -7,7 +7,7 @@ calling thread until the device has done what they wait for, and their API slice
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from runtime_emu import errors as E
 from runtime_emu.device import RECORD, WAIT, Event, Stream
@@ -82,7 +82,7 @@ def synchronize_stream(rt: Runtime, stream: Any) -> None:
     th = rt._enter()
     s = rt._check_stream(th, stream)
     t0 = th.clock
-    rt.coord.block(th, drained(rt, (s,)), f"stream {s.id} never drains")
+    rt.coord.block(th, rt.dispatch.drained((s,)), f"stream {s.id} never drains")
     _sync_done(rt, th, t0, "aclrtSynchronizeStream", s)
 
 
@@ -91,20 +91,8 @@ def synchronize_device(rt: Runtime) -> None:
     dev = rt._device(th)
     t0 = th.clock
     streams = list(dev.streams.values())
-    rt.coord.block(th, drained(rt, tuple(streams)), f"device {dev.id} never drains")
+    rt.coord.block(th, rt.dispatch.drained(tuple(streams)), f"device {dev.id} never drains")
     _sync_done(rt, th, t0, "aclrtSynchronizeDevice", None)
-
-
-def drained(rt: Runtime, streams: tuple[Stream, ...], room: bool = False) -> Callable[[], bool]:
-    """A host wait's predicate: every stream has retired all it was given (with `room`: the one
-    stream's queue has room for a launch). The C core's (its fields read in C), or a lambda."""
-    native = rt.dispatch.native
-    if native is not None:
-        return native.drained(streams, room)  # type: ignore[no-any-return]
-    if room:
-        s = streams[0]
-        return lambda: s.pending < s.capacity
-    return lambda: all(s.pending == 0 for s in streams)
 
 
 def _sync_done(rt: Runtime, th: HostThread, t0: int, name: str, stream: Stream | None) -> None:

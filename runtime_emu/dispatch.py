@@ -11,7 +11,7 @@ handed to the row encoder and, when the trace streams out, to the cut policy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from runtime_emu import errors as E
 from runtime_emu._loader import native
@@ -142,12 +142,21 @@ class Dispatch:
         if stream.pending < stream.capacity:
             return 0
         blocked_from = th.clock
-        native = self.native
-        room = (lambda: stream.pending < stream.capacity) if native is None else native.drained((stream,), True)
-        self.coord.block(th, room, f"queue of stream {stream.id} is full and nothing retires")
+        self.coord.block(th, self.drained((stream,), True), f"queue of stream {stream.id} is full and nothing retires")
         if self.keep_truth:
             self.host_blocks.append((th.rank, th.tid, blocked_from, th.clock, "queue_full", stream.id, corr))
         return th.clock - blocked_from
+
+    def drained(self, streams: tuple[Stream, ...], room: bool = False) -> Callable[[], bool]:
+        """A host wait's predicate: every stream has retired all it was given (with `room`: the one
+        stream's queue has room for a launch). The C core's (its fields read in C), or a lambda."""
+        native = self.native
+        if native is not None:
+            return native.drained(streams, room)  # type: ignore[no-any-return]
+        if room:
+            s = streams[0]
+            return lambda: s.pending < s.capacity
+        return lambda: all(s.pending == 0 for s in streams)
 
     def _enqueue(self, stream: Stream, entry: Task | Kernel, arrive: int) -> None:
         """Put a launch in the stream's queue. A busy stream picks it up when it gets to it; only
