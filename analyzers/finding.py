@@ -123,15 +123,16 @@ class AnalysisResult:
     platform: str = "unknown"
 
     def ranked(self) -> list[Finding]:
-        """Most costly first. Critical findings without a cost (a race: wrong results) come
-        first; time and memory are not comparable, so findings that cost time come next by time
-        lost (the step gets shorter by fixing them), then findings that cost memory by bytes,
-        then the rest; severity only breaks ties."""
+        """Most severe first, then most costly. Severity follows a finding's cost as a share of
+        the run by one rule (analyzers.severity), so it compares time with memory; within a
+        severity, critical findings without a cost (a race: wrong results) come first, then
+        findings that cost time by time lost, then findings that cost memory by bytes, then the
+        rest."""
         def key(f: Finding):
             unit = f.cost_unit
             group = (0 if not unit and f.severity >= Severity.CRITICAL else 1 if unit == "ns" else
                      2 if unit == "bytes" else 3)
-            return (group, -f.cost, -int(f.severity))
+            return (-int(f.severity), group, -f.cost)
 
         return sorted(self.findings, key=key)
 

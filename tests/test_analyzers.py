@@ -48,14 +48,18 @@ def test_bubble_from_host_preprocessing_is_classified_as_data_loading():
     data = findings(result, "BUBBLE_DATA")
     assert len(data) == 1
     # Measured on the device: from a kernel's end, the sync returns (0.2 us), 100 us of
-    # preprocessing, launch (1 us) + dispatch (0.5 us) before the next kernel. The idle before
-    # the first kernel is pipeline fill: in no step window, and not a problem.
-    assert data[0].lost_ns == 2 * 101_700
+    # preprocessing, launch (1 us) + dispatch (0.5 us) before the next kernel; each part is its
+    # own cause, and the launch call is the sync's (it waited 20 us for the kernel: without it
+    # the host would have launched while the kernel ran). The idle before the first kernel is
+    # pipeline fill: in no step window.
+    assert data[0].lost_ns == 2 * 100_000
+    gaps = result.metrics["bubbles"]["idle_by_cause_ns"]
+    assert gaps == {"data": 200_000, "launch": 1_000, "sync": 2_400}
     assert [r["idle_ns"] for r in result.metrics["bubbles"]["per_step"]] == [0, 101_700, 101_700]
     assert [r["step_ns"] for r in result.metrics["bubbles"]["per_step"]] == [20_000, 121_700, 121_700]
-    assert [(o["step"], o["ts_ns"], o["lost_ns"]) for o in data[0].occurrences] == [(1, 121_700, 101_700),
-                                                                                  (2, 243_400, 101_700)]
-    assert data[0].severity == Severity.CRITICAL  # 203.4 of 263.4 us of device step time
+    assert [(o["step"], o["ts_ns"], o["lost_ns"]) for o in data[0].occurrences] == [(1, 121_700, 100_000),
+                                                                                  (2, 243_400, 100_000)]
+    assert data[0].severity == Severity.CRITICAL  # 200 of 263.4 us of device step time
     assert data[0].lookup.remedy.startswith("Overlap preprocessing")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers import Frames, Severity, run
-from analyzers.bubbles import _host_cover
+from analyzers.causality.graph import HOST_CLASSES, host_state, stream_tasks
 from msprof_py.trace.schema import COLUMN_NAMES, TraceMeta, build_table
 
 MiB = 1 << 20
@@ -96,11 +96,21 @@ def test_host_work_rows_are_the_host_work_and_data_load_kinds():
             ("3", "load", "data_load", "10", "30", "40")]
 
 
-def test_host_cover_counts_host_work_kinds_and_syncs_per_thread():
-    cover = _host_cover(Frames(trace(HOST)))
-    assert sorted(cover) == [(0, 1, 1), (0, 1, 3)]
-    sync, work = cover[(0, 1, 1)]
-    t = np.array([0, 120, 400])
-    assert work(t).tolist() == [0, 120, 150]
-    assert sync(t).tolist() == [0, 0, 40]
-    assert cover[(0, 1, 3)][1](t).tolist() == [0, 30, 30]
+def test_host_state_counts_each_instant_once_in_its_highest_class_per_thread():
+    frames = Frames(trace(HOST))
+    state = host_state(frames, 0, stream_tasks(frames))
+    assert state.threads == [(1, 1), (1, 2), (1, 3)]
+
+    def spent(thread, a, b):
+        covers = state.upto[state.index(1, thread)]
+        totals = [int(c.between(np.array([a]), np.array([b]))[0]) for c in covers]
+        return {k: t - p for k, t, p in zip(HOST_CLASSES, totals, [0, *totals[:-1]]) if t - p}
+
+    # Thread 1: fetch (data_load) 0-100, prep (host_work) 50-150 under it from 50, letterbox
+    # (api) 200-250, a sync 300-340: the overlap 50-100 counts once, as data loading.
+    assert spent(1, 0, 400) == {"sync": 40, "data_load": 100, "host_work": 50, "framework": 50}
+    assert spent(1, 60, 120) == {"data_load": 40, "host_work": 20}
+    assert spent(2, 0, 400) == {"framework": 80}  # a DataLoader-named api call is still an api call
+    assert spent(3, 0, 400) == {"data_load": 30}
+
+

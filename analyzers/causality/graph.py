@@ -1,0 +1,273 @@
+"""The dependency graph of a trace table, as arrays: what each device task could not start before.
+
+Nodes are device tasks (kernels, copies, memsets, collectives, device-side event waits and
+zero-length event records on a stream) and host calls. Edges, each a release time of a task:
+
+- stream FIFO: a task starts after the task before it on its stream ended;
+- launch: a task starts after the host call that put it on the stream (same rank and `corr`);
+- event record -> wait: a device-side wait task ends when its event fires, i.e. when the task
+  it waited for on another stream of the device ended (the wait's own end is that evidence);
+- host program order: a launch call starts after the calls before it on its host thread, and
+  what the thread did meanwhile is its host state (`HostState`).
+
+Built from typed columns and `kind` only, so emulated, Kineto and torch_npu tables build alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from analyzers.frames import Cover, Frames, intersect_intervals, merge_intervals
+
+#: Device task kinds that are chain nodes. Markers enter only when zero-length and launched
+#: (an event record): a marker with a duration is an annotation spanning other tasks.
+TASK_KINDS = ("kernel", "memcpy", "memset", "collective", "wait", "marker")
+
+#: What a host thread can be doing, highest priority first: at any instant the thread is in
+#: the first of these whose calls cover it (nested calls count once, as their innermost
+#: meaningful kind: a launch inside a Python frame is launch time).
+HOST_CLASSES = ("sync", "blocking_copy", "launch", "data_load", "host_work", "framework")
+
+
+@dataclass
+class Tasks:
+    """One rank's device tasks as arrays, sorted per (device, stream) by ts."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray  # str objects
+    name: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray  # float, NaN: none
+    prev: np.ndarray  # index of the task before on the same stream, -1: first
+    launch_ts: np.ndarray  # float, NaN: no launch call found
+    launch_end: np.ndarray
+    thread: np.ndarray  # index into HostState.threads of the launching thread, -1: none
+    producer: np.ndarray  # for wait tasks: the task on another stream whose end released it, -1
+    #: The launching thread issued a stream-wait call (kind wait) after the launch of the task
+    #: before this one on its stream and before this task's own launch: the task may wait for
+    #: an event (the trace records the call, not the device-side wait).
+    waited: np.ndarray
+    #: Per device: tasks other than waits sorted by end, and their ends (for `released_by`).
+    by_end: dict
+
+    def released_by(self, node: int, lo: int, hi: int) -> int:
+        """The task on another stream of `node`'s device that ended last in [lo, hi], or -1."""
+        order, ends = self.by_end.get(int(self.device[node]), (None, None))
+        if order is None:
+            return -1
+        j = int(np.searchsorted(ends, hi, side="right")) - 1
+        while j >= 0 and ends[j] >= lo:
+            if self.stream[order[j]] != self.stream[node]:
+                return int(order[j])
+            j -= 1
+        return -1
+
+
+def stream_tasks(frames: Frames) -> pd.DataFrame:
+    """Device tasks on streams (kinds TASK_KINDS, ph X, stream >= 0) with `end`."""
+    key = ("causality.tasks",)
+    if key in frames._cache:
+        return frames._cache[key]
+    t = frames.table
+    mask = frames.kind_mask(TASK_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+    sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr"]).filter(pa.array(mask))
+    df = sub.to_pandas()
+    df = df[(df["ph"] == "X") & (df["stream"] >= 0)].copy()
+    df["dur"] = df["dur"].fillna(0).astype(np.int64)
+    df["kind"] = df["kind"].astype(str)
+    marker = df["kind"] == "marker"
+    df = df[~marker | ((df["dur"] == 0) & df["corr"].notna())]
+    df["end"] = df["ts"] + df["dur"]
+    # A wait launched with a collective (same corr: the collective's notify wait for its
+    # peers) is the collective's rendezvous, not an event from another stream.
+    coll = df[df["kind"] == "collective"]
+    if len(coll):
+        waits = df["kind"] == "wait"
+        ckey = set(zip(coll["rank"].tolist(), coll["corr"].dropna().tolist()))
+        hit = np.array([(r, c) in ckey for r, c in zip(df["rank"].tolist(), df["corr"].tolist())], dtype=bool)
+        df.loc[waits & hit, "kind"] = "collective"
+    df["device"] = df["device"].fillna(-1).astype(np.int64)
+    df["stream"] = df["stream"].astype(np.int64)
+    df = df.sort_values(["rank", "device", "stream", "ts", "end"], kind="stable").reset_index(drop=True)
+    frames._cache[key] = df
+    return df
+
+
+@dataclass
+class HostState:
+    """Per host thread of one rank, cumulative covers of what it was doing (HOST_CLASSES).
+
+    `upto[i][p]` covers the union of classes 0..p of thread i, so the time thread i spent in
+    class p over [a, b) is upto[i][p].between(a, b) - upto[i][p - 1].between(a, b): each
+    instant counts once, in its highest-priority class.
+    """
+
+    threads: list[tuple[int, int]]  # (pid, tid)
+    upto: list[list[Cover]]
+    #: Per thread: its sync time intersected with the device's copy / collective / wait time
+    #: (cumulative in that order), keyed by device: what a sync was waiting for on the device.
+    sync_on: list[dict[int, list[Cover]]]
+    #: Per thread: the names of its sync / blocking-copy calls, by start, for evidence.
+    sync_calls: list[pd.DataFrame]
+
+    def index(self, pid: int, tid: int) -> int:
+        try:
+            return self.threads.index((pid, tid))
+        except ValueError:
+            return -1
+
+
+def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
+    kind = calls["kind"].astype(str).to_numpy()
+    out = np.full(len(calls), "framework", dtype=object)
+    out[kind == "launch"] = "launch"
+    out[kind == "data_load"] = "data_load"
+    out[kind == "host_work"] = "host_work"
+    sync = np.isin(kind, ("sync", "wait"))
+    out[sync] = "sync"
+    # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch.
+    corr = calls["corr"].to_numpy(dtype=np.float64)
+    out[sync & np.isin(corr, copy_corrs)] = "blocking_copy"
+    return out
+
+
+def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
+    """The host state of `rank`'s threads (see HostState)."""
+    t = frames.table
+    mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load"))
+    mask &= t.column("rank").to_numpy() == rank
+    sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
+    sub = sub[sub["ph"] == "X"]
+    sub = sub.assign(end=sub["ts"] + sub["dur"].fillna(0).astype(np.int64))
+    kinds = tasks["kind"].to_numpy()
+    copy_corrs = tasks["corr"].to_numpy(dtype=np.float64)[np.isin(kinds, ("memcpy", "memset"))]
+    sub["klass"] = _class_of(sub, copy_corrs[~np.isnan(copy_corrs)])
+    device_busy: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for device, d in tasks.groupby("device"):
+        k = d["kind"].to_numpy()
+        parts = []
+        acc_ts, acc_end = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        for kinds_ in (("memcpy", "memset"), ("collective",), ("wait",)):
+            sel = np.isin(k, kinds_)
+            acc_ts = np.concatenate([acc_ts, d["ts"].to_numpy(np.int64)[sel]])
+            acc_end = np.concatenate([acc_end, d["end"].to_numpy(np.int64)[sel]])
+            parts.append(merge_intervals(acc_ts, acc_end))
+        device_busy[int(device)] = parts
+    threads, upto, sync_on, sync_calls = [], [], [], []
+    for (pid, tid), g in sub.groupby(["pid", "tid"], sort=True):
+        threads.append((int(pid), int(tid)))
+        covers = []
+        acc_ts, acc_end = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        klass = g["klass"].to_numpy()
+        for c in HOST_CLASSES:
+            sel = klass == c
+            acc_ts = np.concatenate([acc_ts, g["ts"].to_numpy(np.int64)[sel]])
+            acc_end = np.concatenate([acc_end, g["end"].to_numpy(np.int64)[sel]])
+            covers.append(Cover(acc_ts, acc_end))
+        upto.append(covers)
+        s = g[klass == "sync"]
+        syncs = merge_intervals(s["ts"].to_numpy(np.int64), s["end"].to_numpy(np.int64))
+        sync_on.append({dev: [Cover(*intersect_intervals(syncs, part)) for part in parts]
+                        for dev, parts in device_busy.items()})
+        sc = g[np.isin(klass, ("sync", "blocking_copy"))]
+        sync_calls.append(sc[["ts", "end", "name", "klass"]].sort_values("ts").reset_index(drop=True))
+    return HostState(threads, upto, sync_on, sync_calls)
+
+
+def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tasks:
+    """`rank`'s tasks with their edges (see Tasks)."""
+    df = stream_tasks(frames)
+    df = df[df["rank"] == rank].reset_index(drop=True)
+    n = len(df)
+    device = df["device"].to_numpy(np.int64)
+    stream = df["stream"].to_numpy(np.int64)
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
+    prev = np.where(same, np.arange(n) - 1, -1)
+    launches = frames.launches
+    launches = launches[launches["rank"] == rank].drop_duplicates("corr")
+    corr = df["corr"].to_numpy(dtype=np.float64)
+    launch_ts = np.full(n, np.nan)
+    launch_end = np.full(n, np.nan)
+    thread = np.full(n, -1, dtype=np.int64)
+    if len(launches):
+        lc = launches["corr"].to_numpy(dtype=np.float64)
+        order = np.argsort(lc, kind="stable")
+        lc = lc[order]
+        at = np.minimum(np.searchsorted(lc, corr), len(lc) - 1)
+        hit = ~np.isnan(corr) & (lc[at] == corr)
+        l_ts = launches["ts"].to_numpy(np.float64)[order]
+        l_end = l_ts + launches["dur"].fillna(0).to_numpy(np.float64)[order]
+        launch_ts[hit] = l_ts[at[hit]]
+        launch_end[hit] = l_end[at[hit]]
+        keys = list(zip(launches["pid"].to_numpy()[order], launches["tid"].to_numpy()[order]))
+        index = {k: i for i, k in enumerate(host.threads)}
+        l_thread = np.array([index.get((int(p), int(t)), -1) for p, t in keys], dtype=np.int64)
+        thread[hit] = l_thread[at[hit]]
+    ts = df["ts"].to_numpy(np.int64)
+    end = df["end"].to_numpy(np.int64)
+    kind = df["kind"].to_numpy()
+    producer = _producers(ts, end, kind, device, stream, slack_ns)
+    waited = _waited(frames, rank, host, prev, launch_ts, thread)
+    by_end = {}
+    for dev in np.unique(device):
+        c = np.flatnonzero((device == dev) & (kind != "wait"))
+        c = c[np.argsort(end[c], kind="stable")]
+        by_end[int(dev)] = (c, end[c])
+    return Tasks(ts=ts, end=end, kind=kind, name=df["name"].astype(str).to_numpy(), device=device, stream=stream,
+                 corr=corr, prev=prev, launch_ts=launch_ts, launch_end=launch_end, thread=thread, producer=producer,
+                 waited=waited, by_end=by_end)
+
+
+def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread) -> np.ndarray:
+    """Tasks whose launching thread issued a stream-wait call between the launch of the task
+    before them on their stream and their own launch (see Tasks.waited)."""
+    out = np.zeros(len(prev), dtype=bool)
+    calls = frames.host_calls
+    w = calls[(calls["rank"] == rank) & (calls["kind"].astype(str) == "wait")]
+    if w.empty:
+        return out
+    prev_launch = np.where(prev >= 0, launch_ts[np.maximum(prev, 0)], -np.inf)
+    prev_launch = np.where(np.isnan(prev_launch), -np.inf, prev_launch)
+    for (pid, tid), g in w.groupby(["pid", "tid"]):
+        th = host.index(int(pid), int(tid))
+        sel = np.flatnonzero((thread == th) & ~np.isnan(launch_ts))
+        if th < 0 or not len(sel):
+            continue
+        starts = np.sort(g["ts"].to_numpy(np.float64))
+        n_before = np.searchsorted(starts, launch_ts[sel], side="left")
+        n_after_prev = np.searchsorted(starts, prev_launch[sel], side="right")
+        out[sel] = n_before > n_after_prev
+    return out
+
+
+def _producers(ts, end, kind, device, stream, slack_ns: int) -> np.ndarray:
+    """For each device-side wait task with a duration: the task on another stream of its device
+    that ended last at or before the wait's end (within `slack_ns`), which released it: an event
+    fires when the work recorded before it on the other stream is done. -1 where none is close."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    waits = np.flatnonzero((kind == "wait") & (end > ts))
+    if not len(waits):
+        return out
+    cand = np.flatnonzero(kind != "wait")
+    for dev in np.unique(device[waits]):
+        c = cand[device[cand] == dev]
+        if not len(c):
+            continue
+        order = c[np.lexsort((-(end[c] - ts[c]), end[c]))]  # by end; the longest first among equal ends
+        ends = end[order]
+        for w in waits[device[waits] == dev]:
+            hi = np.searchsorted(ends, end[w], side="right")
+            j = hi - 1
+            # Skip tasks on the wait's own stream and zero-length records already passed.
+            while j >= 0 and end[w] - ends[j] <= slack_ns and stream[order[j]] == stream[w]:
+                j -= 1
+            if j >= 0 and end[w] - ends[j] <= slack_ns and stream[order[j]] != stream[w]:
+                out[w] = order[j]
+    return out
