@@ -75,7 +75,7 @@ def analyze(frames: Frames, cfg: BubbleConfig):
     per_step = step_breakdown(frames, cfg)
     causes = table.groupby("cause")["idle_ns"].sum().astype(int).to_dict() if len(table) else {}
     return findings, {"per_step": per_step.to_dict("records"),
-                      "gaps": int(len(table[~table["cause"].isin(EDGE_CAUSES)].drop_duplicates(["device", "ts"]))),
+                      "gaps": int(len(table[~table["cause"].isin(EDGE_CAUSES)].drop_duplicates(["rank", "device", "ts"]))),
                       "idle_by_cause_ns": causes}
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from analyzers.bubbles import BubbleConfig, device_gaps, device_windows, occurrences
 from analyzers.finding import Finding, Skipped, register
-from analyzers.severity import severity
 from analyzers.frames import Frames
+from analyzers.severity import severity
 from msprof_py.trace.units import ms, pct
 
 

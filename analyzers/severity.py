@@ -2,8 +2,8 @@
 
 | cost share of the run (time: of the device's step time; memory: of device memory) | severity |
 |---|---|
-| >= 25% | critical |
-| >= 5%  | warning  |
+| >= 10% | critical |
+| >= 3%  | warning  |
 | below  | info     |
 
 A finding whose cause the trace cannot name (unexplained) is at most a warning, and a
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from analyzers.finding import Severity
 
-CRITICAL_SHARE = 0.25
-WARNING_SHARE = 0.05
+CRITICAL_SHARE = 0.10
+WARNING_SHARE = 0.03
 
 #: Codes whose severity is capped, and the cap.
 CEILING: dict[str, Severity] = {

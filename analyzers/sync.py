@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames, cover
+from analyzers.frames import Frames, cover, merge_intervals, union_ns
 from msprof_py.trace.units import ms, pct
 
 
@@ -48,7 +48,8 @@ def analyze(frames: Frames, cfg: SyncConfig):
         for (rank, _pid, tid), g in host.groupby(["rank", "pid", "tid"]):
             sync = g[g["kind"].astype(str) == "sync"]
             span = int((g["ts"] + g["dur"].fillna(0)).max() - g["ts"].min()) or 1
-            stalled = int(sync["dur"].fillna(0).sum())
+            # Nested calls (an AscendCL synchronize wrapping the runtime's) count once.
+            stalled = union_ns(sync["ts"].to_numpy(), (sync["ts"] + sync["dur"].fillna(0)).to_numpy())
             stalls.append({"rank": int(rank), "tid": int(tid), "sync_ns": stalled, "span_ns": span})
             # A host blocked in syncs is an observation about the host, not a cost by itself:
             # the device idle it causes (nothing queued behind the sync) is measured by the
@@ -98,8 +99,7 @@ def _device_idle_during(frames: Frames, rank: int, calls: pd.DataFrame) -> int:
         return 0
     ops = frames.device_ops
     k = ops[(ops["rank"] == rank) & (ops["kind"].astype(str) == "kernel")]
-    a = calls["ts"].to_numpy()
-    b = a + calls["dur"].fillna(0).to_numpy()
+    a, b = merge_intervals(calls["ts"].to_numpy(), (calls["ts"] + calls["dur"].fillna(0)).to_numpy())
     busy = cover(k).between(a, b) if len(k) else 0
     return int(((b - a) - busy).sum())
 

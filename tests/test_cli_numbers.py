@@ -60,15 +60,19 @@ def no_triple_json() -> dict:
 
 
 def test_analyze_table_costs_in_ms_and_mib(no_triple_json):
-    # The exact costs: 9,873,424 ns and 1,343,320 ns; the sync stall has none.
+    # The exact costs (each idle nanosecond counted once, under one cause); the sync stall has none.
     assert [(f["code"], f["cost_unit"], f["cost"]) for f in no_triple_json["findings"]] == [
-        ("BUBBLE_DATA", "ns", 9873424.0), ("BUBBLE_COPY", "ns", 1343320.0), ("SYNC_STALL", "", 0.0)]
+        ("BUBBLE_DATA", "ns", 8936624.0), ("BUBBLE_COPY", "ns", 1368320.0), ("BUBBLE_SYNC", "ns", 906800.0),
+        ("LAUNCH_BOUND", "ns", 5000.0), ("SYNC_STALL", "", 0.0)]
     rows = [r for r in table_rows(ok("analyze", NO_TRIPLE)) if r[0]]
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         ("1", "critical", "Device idle: data loading / preprocessing (BUBBLE_DATA)", "rank 0, device 0, stream 1",
-         "9.87 ms"),
-        ("2", "warning", "Device idle: waiting on a copy (BUBBLE_COPY)", "rank 0, device 0, stream 1", "1.34 ms"),
-        ("3", "info", "Host stalls in synchronize calls (SYNC_STALL)", "rank 0", "-"),
+         "8.94 ms"),
+        ("2", "warning", "Device idle: waiting on a copy (BUBBLE_COPY)", "rank 0, device 0, stream 1", "1.37 ms"),
+        ("3", "info", "Device idle: host synchronize (BUBBLE_SYNC)", "rank 0, device 0, stream 1", "0.907 ms"),
+        ("4", "info", "Launch-bound: tasks too small for their launch cost (LAUNCH_BOUND)",
+         "rank 0, device 0, stream 1", "0.00500 ms"),
+        ("5", "info", "Host stalls in synchronize calls (SYNC_STALL)", "rank 0", "-"),
     ]
 
 
@@ -108,7 +112,7 @@ def test_analyze_csv_has_the_json_values_at_full_precision(no_triple_json):
     assert proc.stderr == "msprof-py: skipped analyzer ranks: fewer than two ranks in the trace\n"
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     findings = no_triple_json["findings"]
-    assert len(rows) == len(findings) == 3
+    assert len(rows) == len(findings) == 5
     for row, f in zip(rows, findings):
         flat = {k: v for k, v in f.items() if k != "lookup"}
         flat.update({f"lookup_{k}": v for k, v in f["lookup"].items()})
@@ -121,11 +125,11 @@ def test_analyze_csv_has_the_json_values_at_full_precision(no_triple_json):
     first = rows[0]
     assert (first["code"], first["severity"], first["rank"], first["device"], first["stream"]) == \
         ("BUBBLE_DATA", "critical", "0", "0", "1")
-    assert (first["ts_ns"], first["dur_ns"], first["end_ns"]) == ("4755971", "21468104", "26224075")
+    assert (first["ts_ns"], first["dur_ns"], first["end_ns"]) == ("4755971", "21462104", "26218075")
     assert (first["cost"], first["cost_unit"], first["lost_ns"], first["value"]) == \
-        ("9873424.0", "ns", "9873424", "0.361856")
+        ("8936624.0", "ns", "8936624", "0.327523")
     assert first["lookup_code"] == "BUBBLE_DATA"
-    assert rows[2]["stream"] == rows[2]["lost_ns"] == rows[2]["cost_unit"] == ""  # None: an empty cell
+    assert rows[4]["stream"] == rows[4]["lost_ns"] == rows[4]["cost_unit"] == ""  # None: an empty cell
 
 
 def test_analyze_format_errors_are_one_line():
@@ -158,9 +162,11 @@ def test_diff_metrics_and_changes_at_3_significant_digits():
         ["bubble ratio", "42.1%", "1.72%", "-95.9%"],
         ["peak memory (MiB)", "43.0", "60.9", "+41.8%"],
         ["span (ms)", "29.4", "18.1", "-38.5%"],
-        # findings: costs 9,873,424 ns and 1,343,320 ns
-        ["BUBBLE_DATA", "1 -> 0", "9.87 ms", "-", "fixed"],
-        ["BUBBLE_COPY", "1 -> 0", "1.34 ms", "-", "fixed"],
+        # findings: costs 8,936,624 ns, 1,368,320 ns, 906,800 ns and 5,000 ns
+        ["BUBBLE_DATA", "1 -> 0", "8.94 ms", "-", "fixed"],
+        ["BUBBLE_COPY", "1 -> 0", "1.37 ms", "-", "fixed"],
+        ["BUBBLE_SYNC", "1 -> 0", "0.907 ms", "-", "fixed"],
+        ["LAUNCH_BOUND", "1 -> 0", "0.00500 ms", "-", "fixed"],
         ["SYNC_STALL", "1 -> 0", "-", "-", "fixed"],
     ]
 

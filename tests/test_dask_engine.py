@@ -32,16 +32,21 @@ CASES = {
     "12-ranks": ("llm-train-2server", ["slow-rank"], {"ranks": 12, "steps": 2, "layers": 1, "servers": 2}),
 }
 #: The findings each case must give (code, rank, device, stream), in the whole-trace run's order.
-BUBBLES = [(code, r, r, 1) for r in range(4) for code in ("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA")]
+def bubbles(codes, ranks=range(4), device=lambda r: r):
+    return [(code, r, device(r), 1) for r in ranks for code in codes]
+
+
 SYNC = [("SYNC_STALL", r, None, None) for r in range(4)]
+LAUNCH = [("LAUNCH_BOUND", r, r, 1) for r in range(4)]
 EXPECTED = {
-    "slow-rank": [("LOW_OVERLAP", 0, None, None), *BUBBLES, ("SLOW_LINK", 1, None, None), ("SLOW_RANK", 3, 3, None),
-                  *SYNC],
-    "per-rank": [*[("BANDWIDTH_CONTENTION", r, r, None) for r in range(4)], ("LOW_OVERLAP", 1, None, None), *BUBBLES,
-                 ("MEMORY_LEAK", 3, 3, None), *SYNC],
+    "slow-rank": [("LOW_OVERLAP", 0, None, None),
+                  *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA", "BUBBLE_SYNC")), *LAUNCH,
+                  ("SLOW_LINK", 1, None, None), ("SLOW_RANK", 3, 3, None), *SYNC],
+    "per-rank": [*[("BANDWIDTH_CONTENTION", r, r, None) for r in range(4)], ("LOW_OVERLAP", 1, None, None),
+                 *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_SYNC")), *LAUNCH, ("MEMORY_LEAK", 3, 3, None),
+                 *SYNC],
     "12-ranks": [("LOW_OVERLAP", 11, None, None),
-                 *[(code, r, r % 6, 1) for r in range(12) for code in ("BUBBLE_COLLECTIVE", "BUBBLE_COPY",
-                                                                       "BUBBLE_DATA")],
+                 *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY"), range(12), lambda r: r % 6),
                  ("SLOW_RANK", 9, 3, None), *[("SYNC_STALL", r, None, None) for r in range(12)]],
 }
 
@@ -141,7 +146,8 @@ def test_cli_analyze_dask_starts_and_closes_a_local_cluster(traces):
     whole = report.findings_report(run(read_trace(traces["slow-rank"])))
     assert doc["findings"] == whole["findings"] and doc["skipped"] == whole["skipped"]
     assert sorted({f["code"] for f in doc["findings"]}) == ["BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA",
-                                                            "LOW_OVERLAP", "SLOW_LINK", "SLOW_RANK", "SYNC_STALL"]
+                                                            "BUBBLE_SYNC", "LAUNCH_BOUND", "LOW_OVERLAP", "SLOW_LINK",
+                                                            "SLOW_RANK", "SYNC_STALL"]
 
 
 def test_cli_report_on_a_scheduler_matches_the_local_report(traces, cluster, tmp_path):

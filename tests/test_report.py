@@ -66,10 +66,15 @@ def test_json_report_of_a_real_trace_is_strict_json(real_reports, name, tmp_path
 
 
 def _assert_ranked(findings):
-    timed = [f["cost"] for f in findings if f["cost_unit"] == "ns"]
-    assert timed == sorted(timed, reverse=True)
-    units = [f["cost_unit"] for f in findings if f["cost_unit"]]
-    assert units == sorted(units, key=["ns", "bytes"].index)  # time first, then memory
+    order = ["critical", "warning", "info"]
+    severities = [f["severity"] for f in findings]
+    assert severities == sorted(severities, key=order.index)  # most severe first
+    for sev in order:  # within a severity: time by cost, then memory
+        mine = [f for f in findings if f["severity"] == sev]
+        timed = [f["cost"] for f in mine if f["cost_unit"] == "ns"]
+        assert timed == sorted(timed, reverse=True)
+        units = [f["cost_unit"] for f in mine if f["cost_unit"]]
+        assert units == sorted(units, key=["ns", "bytes"].index)
 
 
 def _outside_scripts(html: str) -> str:

@@ -33,7 +33,7 @@ CAUSE_LABELS = {
     "copy": "waiting on a copy",
     "event": "waiting on another stream (event)",
     "collective": "waiting on a collective",
-    "dispatch": "device dispatch between queued tasks",
+    "dispatch": "dispatch latency (a task starting after its release)",
     "unexplained": "unexplained",
     "fill": "pipeline fill",
     "drain": "pipeline drain",
@@ -190,7 +190,7 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
             if q >= 0 and T.end[q] > r:
                 qe = int(T.end[q])
                 if t > max(qe, a):
-                    segs.append((g, max(qe, a), t, "event", int(T.stream[q])))
+                    segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
                 t = min(t, qe)
                 cause = _SPAN_CAUSE.get(T.kind[q], "event")
                 if t > max(int(T.ts[q]), a):
@@ -204,6 +204,8 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
                 # Dispatch after the call returned is launch latency while it is short; a task
                 # launched in time that still did not start waited for something the trace
                 # does not record (a stream wait on work it does not show).
+                # Dispatch right after the call is part of the launch's cost (the task cannot
+                # be picked up before its launch has been processed).
                 late = t - r_launch > dispatch_ns
                 segs.append((g, r, t, "unexplained" if late else "launch", -1))
             if r_launch > a:
@@ -213,7 +215,9 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
         # The task before it on its stream released it.
         kind = T.kind[p]
         q = int(T.producer[p]) if kind == "wait" else -1
-        slack_cause = _SPAN_CAUSE.get(kind, "dispatch") if t - r_prev <= dispatch_ns else "unexplained"
+        # The device's turnaround after the task that released it (a copy's cost is only
+        # its own running time: copy wait never exceeds the copy time).
+        slack_cause = "dispatch" if t - r_prev <= dispatch_ns else "unexplained"
         if t > max(r_prev, a):
             segs.append((g, max(r_prev, a), t, slack_cause, int(T.stream[p])))
         t = min(t, r_prev)
@@ -222,7 +226,7 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
             # that task ran; its time is that task's cause, as seen through the event.
             qe = min(int(T.end[q]), t)
             if t > max(qe, a):
-                segs.append((g, max(qe, a), t, "event", int(T.stream[q])))
+                segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
             t = qe
             cause = _SPAN_CAUSE.get(T.kind[q], "event")
             if t > max(int(T.ts[q]), a):

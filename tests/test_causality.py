@@ -1,0 +1,192 @@
+"""The causal attribution's invariants, on every shared real trace and every built-in scenario:
+every kernel-idle nanosecond has exactly one cause, a copy cause never exceeds the copy time
+inside the idle, launch overhead never exceeds the launch calls' own time, unexplained idle is
+never critical; and the causes the dependency graph names on hand-built tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import analyzers
+from analyzers import Frames, Severity
+from analyzers.causality import CAUSES, attribution, device_windows
+from analyzers.causality.attribution import DISPATCH_NS
+from analyzers.frames import Cover, intersect_intervals, merge_intervals, union_ns
+from msprof_py.trace.importers import import_trace
+from msprof_py.trace.schema import COLUMN_NAMES, TraceMeta, build_table
+from runtime_emu import scenarios
+from tests.conftest import REAL_TRACES
+
+KINETO = sorted(p.name for p in (REAL_TRACES / "kineto").glob("*.json.gz"))
+DLRM = sorted(p.name for p in (REAL_TRACES / "kineto" / "dlrm_8rank").glob("*.json.gz"))
+ASCEND = ["torch_npu_trace_view.json.gz", *[f"resnet_2rank_level1_text/rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/"
+                                             f"trace_view.json" for r in (0, 1)]]
+REAL = [f"kineto/{n}" for n in KINETO] + [f"kineto/dlrm_8rank/{n}" for n in DLRM] + [f"ascend/{n}" for n in ASCEND]
+
+
+def check_invariants(frames: Frames) -> dict[str, int]:
+    """Assert the attribution's invariants on `frames`; the idle by cause (ns)."""
+    table = attribution(frames)
+    ops = frames.device_ops
+    kinds = ops["kind"].astype(str)
+    assert set(table["cause"]) <= set(CAUSES)
+    assert (table["idle_ns"] > 0).all()
+    assert (table["idle_ns"] <= table["end"] - table["ts"]).all()
+    calls = frames.host_calls
+    for (rank, device), w in device_windows(frames).items():
+        d = ops[(ops["rank"] == rank) & (ops["device"] == device)]
+        k = d[kinds.loc[d.index] == "kernel"]
+        if k.empty:
+            continue
+        lo, hi = int(w["start"].min()), int(w["end"].max())
+        busy = union_ns(k["ts"].clip(lo, hi).to_numpy(), k["end"].clip(lo, hi).to_numpy())
+        mine = table[(table["rank"] == rank) & (table["device"] == device)]
+        # Conserved: the causes sum to the kernel-idle time of the device's windows, exactly.
+        assert int(mine["idle_ns"].sum()) == (hi - lo) - busy, (rank, device)
+        per_window = mine.groupby("step_start")["idle_ns"].sum()
+        assert (per_window <= (w.set_index("start")["end"] - w.set_index("start").index).reindex(per_window.index)).all()
+        idle = merge_intervals(np.array([lo, *k["end"].clip(lo, hi)]), np.array([lo, *k["end"].clip(lo, hi)]))
+        kernel_union = merge_intervals(k["ts"].clip(lo, hi).to_numpy(), k["end"].clip(lo, hi).to_numpy())
+        # Idle = [lo, hi) minus the kernels' union.
+        starts = np.concatenate([[lo], kernel_union[1]])
+        ends = np.concatenate([kernel_union[0], [hi]])
+        keep = ends > starts
+        idle = (starts[keep], ends[keep])
+        c = d[kinds.loc[d.index].isin(["memcpy", "memset"])]
+        copy_in_idle = intersect_intervals(idle, merge_intervals(c["ts"].to_numpy(), c["end"].to_numpy()))
+        copy_ns = int((copy_in_idle[1] - copy_in_idle[0]).sum())
+        assert int(mine.loc[mine["cause"] == "copy", "idle_ns"].sum()) <= copy_ns, (rank, device)
+        launches = calls[(calls["rank"] == rank) & (calls["kind"].astype(str) == "launch")]
+        launch_cover = Cover(launches["ts"].to_numpy(), (launches["ts"] + launches["dur"].fillna(0)).to_numpy())
+        launch_in_idle = int(sum(launch_cover.between(a, b) for a, b in zip(*idle)))
+        # Launch overhead: the launch calls' own time, plus at most one dispatch latency after
+        # each launch that ended an idle span.
+        dispatch = DISPATCH_NS * int(mine["next_corr"].notna().sum())
+        assert int(mine.loc[mine["cause"] == "launch", "idle_ns"].sum()) <= launch_in_idle + dispatch, (rank, device)
+    return table.groupby("cause")["idle_ns"].sum().astype(int).to_dict()
+
+
+def check_findings(trace) -> None:
+    result = analyzers.run(trace)
+    for f in result.findings:
+        assert not (f.code == "BUBBLE_OTHER" and f.severity == Severity.CRITICAL), f.message
+        if f.code.startswith("BUBBLE_") or f.code == "LAUNCH_BOUND":
+            assert f.value is None or f.value <= 1.0, f.message
+        if f.code == "SYNC_STALL":
+            assert f.value <= 1.0, f.message
+    # No two findings count the same idle nanosecond: bubble and launch costs add up to at most
+    # the attributed idle.
+    idle = int(attribution(Frames(trace))["idle_ns"].sum())
+    lost = sum(f.lost_ns or 0 for f in result.findings if f.code.startswith("BUBBLE_") or f.code == "LAUNCH_BOUND")
+    assert lost <= idle
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_invariants_hold_on_every_shared_real_trace(real_traces, name):
+    trace = import_trace(real_traces / name)
+    check_invariants(Frames(trace))
+    check_findings(trace)
+
+
+SINGLE = [s.name for s in scenarios.SCENARIOS.values() if not s.multi_rank]
+MULTI = [s.name for s in scenarios.SCENARIOS.values() if s.multi_rank]
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_invariants_hold_on_every_single_rank_scenario_and_switch(name):
+    scenario = scenarios.SCENARIOS[name]
+    for switches in [(), *((s,) for s in sorted(scenario.switches))]:
+        result = scenarios.run(name, switches=switches, seed=1)
+        check_invariants(Frames(result.trace))
+        check_findings(result.trace)
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_invariants_hold_on_every_multi_rank_scenario(name):
+    result = scenarios.run(name, seed=1, steps=2)
+    check_invariants(Frames(result.trace))
+    check_findings(result.trace)
+
+
+# ---------------------------------------------------------------- hand-built tables
+def table(rows: list[dict]):
+    base = {"rank": 0, "pid": 1, "tid": 1}
+    rows = [{**base, **r} for r in rows]
+    return build_table({c: [r.get(c) for r in rows] for c in COLUMN_NAMES}, TraceMeta(source_format="chrome"))
+
+
+def task(name, kind, stream, ts, dur, corr):
+    return {"ph": "X", "name": name, "kind": kind, "pid": 9, "tid": stream, "ts": ts, "dur": dur, "corr": corr,
+            "device": 0, "stream": stream}
+
+
+def launch(ts, dur, corr, kind="launch", name="launch"):
+    return {"ph": "X", "name": name, "kind": kind, "ts": ts, "dur": dur, "corr": corr}
+
+
+def causes(rows) -> list[tuple[int, int, str, int]]:
+    t = attribution(Frames(table(rows)))
+    return [(int(r.ts), int(r.end), r.cause, int(r.idle_ns)) for r in t.sort_values(["ts", "cause"]).itertuples()]
+
+
+def test_a_kernel_launched_in_time_behind_a_copy_waited_for_the_copy_not_the_memset_before_the_gap():
+    # K1 ends at 100 us; a copy launched at 0 runs 300-800 us on K2's stream; K2 starts at 800
+    # us. The 200 us before the copy started have no release in the trace (longer than any
+    # dispatch latency): unexplained, and the copy costs its own 500 us, not the whole gap.
+    us = 1_000
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 20 * us, 80 * us, 1),
+            launch(10, 10, 2), task("copy", "memcpy", 2, 300 * us, 500 * us, 2),
+            launch(20, 10, 3), task("K2", "kernel", 2, 800 * us, 50 * us, 3),
+            launch(30, 10, 4), task("K3", "kernel", 1, 900 * us, 50 * us, 4)]
+    assert causes(rows) == [(100 * us, 300 * us, "unexplained", 200 * us), (300 * us, 800 * us, "copy", 500 * us),
+                            (850 * us, 900 * us, "unexplained", 50 * us)]  # K3: released at 100 us
+
+
+def test_a_late_launch_is_the_host_what_the_thread_did_decides_each_nanosecond_once():
+    # Device idle 100-400: the thread ran a data-loading span 100-300 with an api call nested in
+    # it (counted once, as data loading), then an untraced 300-340, then the launch 340-390.
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 20, 80, 1),
+            {"ph": "X", "name": "next_batch", "kind": "data_load", "ts": 100, "dur": 200},
+            {"ph": "X", "name": "aten::to", "kind": "api", "ts": 150, "dur": 50},
+            launch(340, 50, 2), task("K2", "kernel", 1, 400, 50, 2)]
+    assert causes(rows) == [(100, 390, "data", 200), (100, 390, "host", 40), (100, 390, "launch", 50),
+                            (390, 400, "launch", 10)]
+
+
+def test_an_event_wait_is_charged_to_the_other_streams_task_that_released_it():
+    # K2 on stream 2 waits (EVENT_WAIT 100-600) for a copy on stream 1 that ends at 600.
+    rows = [launch(0, 5, 1), task("K1", "kernel", 1, 10, 90, 1),
+            launch(5, 5, 2), task("copy", "memcpy", 1, 100, 500, 2),
+            launch(10, 5, 3), task("EVENT_RECORD", "marker", 1, 600, 0, 3),
+            launch(15, 5, 4, kind="launch"), task("EVENT_WAIT", "wait", 2, 20, 580, 4),
+            launch(20, 5, 5), task("K2", "kernel", 2, 602, 50, 5)]
+    got = attribution(Frames(table(rows)))
+    assert [(int(r.ts), int(r.end), r.cause, int(r.via)) for r in got.itertuples()] == [
+        (100, 600, "copy", 1), (600, 602, "dispatch", 2)]
+
+
+def test_a_wait_launched_with_a_collective_is_waiting_on_the_collective():
+    rows = [launch(0, 5, 1), task("K1", "kernel", 1, 10, 90, 1),
+            launch(5, 5, 2), task("Notify_Wait", "wait", 1, 100, 400, 2), task("allReduce", "collective", 1, 500, 100, 2),
+            launch(10, 5, 3), task("K2", "kernel", 1, 600, 50, 3)]
+    assert causes(rows) == [(100, 500, "collective", 400), (500, 600, "collective", 100)]
+
+
+def test_host_time_after_a_draining_sync_is_the_syncs_up_to_its_wait():
+    # The sync waits 20-100 for K1 (80 ns), returns at 101; 101-130 framework, 130-140 launch.
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 90, 1),
+            {"ph": "X", "name": "synchronize", "kind": "sync", "ts": 20, "dur": 81},
+            {"ph": "X", "name": "aten::add", "kind": "api", "ts": 101, "dur": 29},
+            launch(130, 10, 2), task("K2", "kernel", 1, 140, 50, 2)]
+    assert causes(rows) == [(100, 140, "sync", 40)]
+
+
+def test_a_blocking_copy_on_the_host_is_named_as_such():
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 90, 1),
+            {"ph": "X", "name": "cudaMemcpy", "kind": "sync", "ts": 100, "dur": 300, "corr": 2},
+            task("copy", "memcpy", 1, 120, 270, 2),
+            launch(400, 10, 3), task("K2", "kernel", 1, 410, 50, 3)]
+    # The device waited for the host, and the host sat in a synchronous copy: the remedy is an
+    # asynchronous copy from pinned memory, not overlapping two asynchronous ones.
+    assert causes(rows) == [(100, 410, "blocking_copy", 300), (100, 410, "launch", 10)]
