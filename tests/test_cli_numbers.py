@@ -69,7 +69,7 @@ def test_analyze_table_costs_in_ms_and_mib(no_triple_json):
         ("1", "critical", "Device idle: data loading / preprocessing (BUBBLE_DATA)", "rank 0, device 0, stream 1",
          "8.94 ms"),
         ("2", "warning", "Device idle: waiting on a copy (BUBBLE_COPY)", "rank 0, device 0, stream 1", "1.37 ms"),
-        ("3", "info", "Device idle: host synchronize (BUBBLE_SYNC)", "rank 0, device 0, stream 1", "0.907 ms"),
+        ("3", "warning", "Device idle: host synchronize (BUBBLE_SYNC)", "rank 0, device 0, stream 1", "0.907 ms"),
         ("4", "info", "Launch-bound: tasks too small for their launch cost (LAUNCH_BOUND)",
          "rank 0, device 0, stream 1", "0.00500 ms"),
         ("5", "info", "Host stalls in synchronize calls (SYNC_STALL)", "rank 0", "-"),

@@ -296,8 +296,11 @@ def test_clicking_a_finding_opens_the_timeline_on_its_window(dash_duo, store):
     st = wait_plot(dash_duo, lambda s: True)
     assert "finding=0" in dash_duo.driver.current_url
     a, b = st["meta"]["window_ns"]
-    # The view is one of the finding's occurrences with a margin, not the whole trace.
-    assert any(a <= s and e <= b for s, e in occ)
+    # The view is the finding's most telling evidence (its longest idle piece) with a margin,
+    # inside one of its occurrences, not the whole trace.
+    ev = f["evidence"][0]
+    assert a <= ev["ts"] and ev["ts"] + ev["dur"] <= b
+    assert any(s < b and e > a for s, e in occ)
     assert b - a < (ds.span[1] - ds.span[0]) / 2
     origin = ds.span[0]
     assert st["range"] == pytest.approx([(a - origin) / 1e6, (b - origin) / 1e6])

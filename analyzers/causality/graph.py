@@ -70,15 +70,23 @@ class Tasks:
 
 
 def stream_tasks(frames: Frames) -> pd.DataFrame:
-    """Device tasks on streams (kinds TASK_KINDS, ph X, stream >= 0) with `end`."""
+    """Device tasks on streams (kinds TASK_KINDS, ph X, stream >= 0) with `end`, and collective
+    parts / waits on a device with no stream, each thread a lane (stream -2 - tid)."""
     key = ("causality.tasks",)
     if key in frames._cache:
         return frames._cache[key]
     t = frames.table
-    mask = frames.kind_mask(TASK_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
-    sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr"]).filter(pa.array(mask))
+    has_stream = t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+    has_device = t.column("device").is_valid().to_numpy(zero_copy_only=False)
+    # Collective parts and waits on a device but on no stream (torch_npu writes HCCL's planes as
+    # their own threads): lanes of their own (stream -2 - tid), so they can release a wait.
+    planes = frames.kind_mask(("collective", "wait")) & ~has_stream & has_device
+    mask = (frames.kind_mask(TASK_KINDS) & has_stream) | planes
+    sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid"]).filter(pa.array(mask))
     df = sub.to_pandas()
-    df = df[(df["ph"] == "X") & (df["stream"] >= 0)].copy()
+    lane = df["stream"].isna()
+    df["stream"] = df["stream"].astype(np.float64).where(~lane, -2.0 - df["tid"].astype(np.float64))
+    df = df[(df["ph"] == "X") & ((df["stream"] >= 0) | lane)].drop(columns="tid").copy()
     df["dur"] = df["dur"].fillna(0).astype(np.int64)
     df["kind"] = df["kind"].astype(str)
     marker = df["kind"] == "marker"
@@ -94,6 +102,7 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
         df.loc[waits & hit, "kind"] = "collective"
     df["device"] = df["device"].fillna(-1).astype(np.int64)
     df["stream"] = df["stream"].astype(np.int64)
+    df.loc[_inside_collective_ops(df), "kind"] = "collective"
     df = df.sort_values(["rank", "device", "stream", "ts", "end"], kind="stable").reset_index(drop=True)
     frames._cache[key] = df
     return df
@@ -189,7 +198,7 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
     stream = df["stream"].to_numpy(np.int64)
     same = np.zeros(n, dtype=bool)
     same[1:] = (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
-    prev = np.where(same, np.arange(n) - 1, -1)
+    prev = _stream_prev(df["end"].to_numpy(np.int64), same)
     launches = frames.launches
     launches = launches[launches["rank"] == rank].drop_duplicates("corr")
     corr = df["corr"].to_numpy(dtype=np.float64)
@@ -223,6 +232,43 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
     return Tasks(ts=ts, end=end, kind=kind, name=df["name"].astype(str).to_numpy(), device=device, stream=stream,
                  corr=corr, prev=prev, launch_ts=launch_ts, launch_end=launch_end, thread=thread, producer=producer,
                  waited=waited, by_end=by_end)
+
+
+def _inside_collective_ops(df: pd.DataFrame) -> np.ndarray:
+    """Waits on a stream that lie wholly inside a collective op written on no stream (torch_npu's
+    hcom_* spans on HCCL's planes): the op's notify waits for its peers, i.e. the collective."""
+    out = np.zeros(len(df), dtype=bool)
+    ops = df[(df["kind"] == "collective") & (df["stream"] < -1)]
+    waits = (df["kind"] == "wait").to_numpy() & (df["stream"] >= 0).to_numpy()
+    if ops.empty or not waits.any():
+        return out
+    for (rank, device), g in ops.groupby(["rank", "device"]):
+        g = g.sort_values("ts")
+        starts = g["ts"].to_numpy(np.int64)
+        reach = np.maximum.accumulate(g["end"].to_numpy(np.int64))
+        sel = np.flatnonzero(waits & (df["rank"] == rank).to_numpy() & (df["device"] == device).to_numpy())
+        i = np.searchsorted(starts, df["ts"].to_numpy(np.int64)[sel], side="right") - 1
+        ok = (i >= 0) & (reach[np.maximum(i, 0)] >= df["end"].to_numpy(np.int64)[sel])
+        out[sel[ok]] = True
+    return out
+
+
+def _stream_prev(end: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """Per task (rows sorted per stream by ts; `same`: the row before is on the same stream):
+    the task before it on its stream that ended last (-1 for a stream's first task). Rows of a
+    stream never overlap in a FIFO, but a producer may write a long wait over tasks it ran."""
+    n = len(end)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    group = np.cumsum(~same) - 1
+    span = int(end.max() - end.min()) + 1
+    key = group.astype(np.int64) * span + (end - end.min())
+    best = np.maximum.accumulate(key)
+    holder = np.where(key == best, np.arange(n), 0)
+    idx = np.maximum.accumulate(holder)
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[1:] = np.where(same[1:], idx[:-1], -1)
+    return prev
 
 
 def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread) -> np.ndarray:
