@@ -57,7 +57,7 @@ def check_invariants(frames: Frames) -> dict[str, int]:
         copy_in_idle = intersect_intervals(idle, merge_intervals(c["ts"].to_numpy(), c["end"].to_numpy()))
         copy_ns = int((copy_in_idle[1] - copy_in_idle[0]).sum())
         assert int(mine.loc[mine["cause"] == "copy", "idle_ns"].sum()) <= copy_ns, (rank, device)
-        launches = calls[(calls["rank"] == rank) & (calls["kind"].astype(str) == "launch")]
+        launches = calls[(calls["rank"] == rank) & calls["kind"].astype(str).isin(("launch", "wait"))]
         launch_cover = Cover(launches["ts"].to_numpy(), (launches["ts"] + launches["dur"].fillna(0)).to_numpy())
         launch_in_idle = int(sum(launch_cover.between(a, b) for a, b in zip(*idle)))
         # Launch overhead: the launch calls' own time, plus at most one dispatch latency after

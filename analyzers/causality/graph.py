@@ -135,10 +135,12 @@ class HostState:
 def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
     kind = calls["kind"].astype(str).to_numpy()
     out = np.full(len(calls), "framework", dtype=object)
-    out[kind == "launch"] = "launch"
+    # A host stream-wait call (kind wait: cudaStreamWaitEvent, aclrtStreamWaitEvent) only
+    # enqueues the wait and returns: it is launch time, not the host blocking.
+    out[np.isin(kind, ("launch", "wait"))] = "launch"
     out[kind == "data_load"] = "data_load"
     out[kind == "host_work"] = "host_work"
-    sync = np.isin(kind, ("sync", "wait"))
+    sync = kind == "sync"
     out[sync] = "sync"
     # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch.
     corr = calls["corr"].to_numpy(dtype=np.float64)
