@@ -27,6 +27,7 @@ CODES = {
     "sync": "BUBBLE_SYNC",
     "blocking_copy": "BUBBLE_BLOCKING_COPY",
     "data": "BUBBLE_DATA",
+    "host_idle": "BUBBLE_HOST_IDLE",
     "copy": "BUBBLE_COPY",
     "event": "BUBBLE_EVENT",
     "collective": "BUBBLE_COLLECTIVE",

@@ -190,3 +190,28 @@ def test_a_blocking_copy_on_the_host_is_named_as_such():
     # The device waited for the host, and the host sat in a synchronous copy: the remedy is an
     # asynchronous copy from pinned memory, not overlapping two asynchronous ones.
     assert causes(rows) == [(100, 410, "blocking_copy", 300), (100, 410, "launch", 10)]
+
+
+def test_a_host_waiting_with_nothing_to_do_is_host_idle_not_host_work():
+    """An inference loop that waits for each request (the emulator's `host_idle` kind): the
+    device idle while it waits is BUBBLE_HOST_IDLE, the preprocessing after it BUBBLE_DATA."""
+    from runtime_emu import Kernel, Runtime
+
+    rt = Runtime()
+    rt.set_device(0)
+    s = rt.create_stream()
+    for _ in range(4):
+        with rt.step():
+            rt.host_work("wait_for_request", 300_000, kind="host_idle")
+            rt.host_work("decode", 100_000)
+            rt.launch_kernel(Kernel("Net", 200_000), 20, s)
+            rt.synchronize_stream(s)
+    trace = rt.finish().trace
+    kinds = trace.table.column("kind").to_pylist()
+    assert kinds.count("host_idle") == 4
+    table = attribution(Frames(trace))
+    by = table.groupby("cause")["idle_ns"].sum().to_dict()
+    assert by["host_idle"] == 3 * 300_000 and by["data"] == 3 * 100_000
+    codes = {f.code: f for f in analyzers.run(trace).findings}
+    assert codes["BUBBLE_HOST_IDLE"].lost_ns == 900_000
+    assert codes["BUBBLE_HOST_IDLE"].lookup.remedy.startswith("Batch requests")

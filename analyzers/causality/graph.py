@@ -30,7 +30,7 @@ TASK_KINDS = ("kernel", "memcpy", "memset", "collective", "wait", "marker")
 #: What a host thread can be doing, highest priority first: at any instant the thread is in
 #: the first of these whose calls cover it (nested calls count once, as their innermost
 #: meaningful kind: a launch inside a Python frame is launch time).
-HOST_CLASSES = ("sync", "blocking_copy", "launch", "data_load", "host_work", "framework")
+HOST_CLASSES = ("sync", "blocking_copy", "launch", "data_load", "host_work", "host_idle", "framework")
 
 
 @dataclass
@@ -140,6 +140,7 @@ def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
     out[np.isin(kind, ("launch", "wait"))] = "launch"
     out[kind == "data_load"] = "data_load"
     out[kind == "host_work"] = "host_work"
+    out[kind == "host_idle"] = "host_idle"
     sync = kind == "sync"
     out[sync] = "sync"
     # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch.
@@ -151,7 +152,7 @@ def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
 def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     """The host state of `rank`'s threads (see HostState)."""
     t = frames.table
-    mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load"))
+    mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle"))
     mask &= t.column("rank").to_numpy() == rank
     sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
     sub = sub[sub["ph"] == "X"]

@@ -53,11 +53,12 @@ TYPED_COLUMNS = ("rank", "kind", "device", "stream", "corr", "bytes", "addr", "v
 #: host_work: host computation the device waits on (pre/postprocessing, NMS, CPU ops that are
 #: not runtime calls); data_load: data loading (a DataLoader's `__next__`); mem_read / mem_write:
 #: a device task's access to a buffer (addr = buffer, corr = the task); alloc_fail: an allocation
-#: that failed (bytes = request, value = largest free block when known).
+#: that failed (bytes = request, value = largest free block when known); host_idle: a host
+#: thread waiting with nothing to do (for a request, a lock, a queue), not computing.
 KINDS = (
     "kernel", "memcpy", "memset", "collective", "api", "launch", "sync", "wait",
     "alloc", "free", "counter", "marker", "step", "flow", "meta",
-    "host_work", "data_load", "mem_read", "mem_write", "alloc_fail",
+    "host_work", "data_load", "mem_read", "mem_write", "alloc_fail", "host_idle",
 )
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 
