@@ -190,24 +190,14 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
             # waited for an event, i.e. for the task on another stream that ended as it began.
             q = T.released_by(node, t - dispatch_ns, t)
             if q >= 0 and T.end[q] > r:
-                qe = int(T.end[q])
-                if t > max(qe, a):
-                    segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
-                t = min(t, qe)
-                cause = _SPAN_CAUSE.get(T.kind[q], "event")
-                if t > max(int(T.ts[q]), a):
-                    segs.append((g, max(int(T.ts[q]), a), t, cause, int(T.stream[q])))
-                t = min(t, int(T.ts[q]))
-                node = q
+                t, node = _through_event(T, g, a, t, q, segs), q
                 continue
         if r_prev is None or (r_launch is not None and r_launch > r_prev):
             r = max(r_launch, a)
             if t > r:
-                # Dispatch after the call returned is launch latency while it is short; a task
-                # launched in time that still did not start waited for something the trace
-                # does not record (a stream wait on work it does not show).
                 # Dispatch right after the call is part of the launch's cost (the task cannot
-                # be picked up before its launch has been processed).
+                # be picked up before its launch was processed); a task launched long before
+                # it started waited for something the trace does not record.
                 late = t - r_launch > dispatch_ns
                 segs.append((g, r, t, "unexplained" if late else "launch", -1))
             if r_launch > a:
@@ -226,21 +216,26 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
         if q >= 0:
             # An event wait released by a task on another stream: the wait lasted as long as
             # that task ran; its time is that task's cause, as seen through the event.
-            qe = min(int(T.end[q]), t)
-            if t > max(qe, a):
-                segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
-            t = qe
-            cause = _SPAN_CAUSE.get(T.kind[q], "event")
-            if t > max(int(T.ts[q]), a):
-                segs.append((g, max(int(T.ts[q]), a), t, cause, int(T.stream[q])))
-            t = min(t, int(T.ts[q]))
-            node = q
+            t, node = _through_event(T, g, a, t, q, segs), q
             continue
         span_cause = _SPAN_CAUSE.get(kind)
         if span_cause is not None and t > max(int(T.ts[p]), a):
             segs.append((g, max(int(T.ts[p]), a), t, span_cause, int(T.stream[p])))
         t = min(t, int(T.ts[p]))
         node = p
+
+
+def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list) -> int:
+    """Append the time from task `q`'s end to `t` (dispatch) and `q`'s running time inside
+    [a, t) (its kind's cause, on its stream): `q`, on another stream, released the task at `t`
+    through an event. Returns where the walk goes on from (`q`'s start)."""
+    qe = min(int(T.end[q]), t)
+    if t > max(qe, a):
+        segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
+    t = qe
+    if t > max(int(T.ts[q]), a):
+        segs.append((g, max(int(T.ts[q]), a), t, _SPAN_CAUSE.get(T.kind[q], "event"), int(T.stream[q])))
+    return min(t, int(T.ts[q]))
 
 
 def _in_windows(s: pd.DataFrame, rank: int, windows: dict) -> pd.DataFrame:
