@@ -298,7 +298,7 @@ ProgressOpt = Annotated[Optional[bool], typer.Option(
     help="Show a progress bar on stderr (default: only for large inputs on a terminal).")]
 
 
-@app.command("import")
+@app.command("import", short_help="Import a trace into the trace event table (Parquet).")
 def import_(
     trace_path: TraceArg,
     output: Annotated[Path, typer.Option(
@@ -359,6 +359,31 @@ def info(
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
         _show(render(summary, title=str(trace_path), name_chars=NAME_CHARS if _stdout_is_terminal() else None))
+
+
+@app.command("critical-path", short_help="What set the time: the critical path per rank, by cause.")
+def critical_path_cmd(
+    trace_path: TraceArg,
+    rank: Annotated[Optional[list[int]], typer.Option(
+        "--rank", "-r", show_default=False, help="Only this rank (repeatable); default: every rank.")] = None,
+    step: Annotated[Optional[int], typer.Option(
+        "--step", show_default=False, help="Only this step (ProfilerStep#N / the step number); default: the "
+                                           "whole trace.")] = None,
+    top: Annotated[int, typer.Option("--top", min=0, help="How many ops on the path to list per rank.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Critical path per rank: the longest chain of recorded activity (host calls, launches, device tasks,
+    event and sync waits), its time per cause and the ops on it; the region's time off the path is untraced."""
+    from msprof_py.critical import render, summarize
+
+    trace = _load(trace_path, lenient, progress, analysis_only=True)
+    summary = summarize(trace, rank, step, top)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _show(render(summary, str(trace_path)))
 
 
 WindowOpt = Annotated[Window, typer.Option(

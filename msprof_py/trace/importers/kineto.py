@@ -193,6 +193,12 @@ def _runtime_kinds(raw: RawEvents, t: Typed, rt: np.ndarray, rt_corr: pa.Array) 
     blocking_copy = (matches(names, r"^(cuda|hip)Mem(cpy|set)", ignore_case=False)
                      & ~contains(names, "Async") & ~contains(names, "WithStream"))
     kinds[blocking_copy] = CODE["sync"]
+    # CUPTI writes a synchronization record (cuda_sync) for the calls that waited on the device:
+    # Event Sync for cudaEventSynchronize and cudaEventQuery, Stream / Context Sync for the
+    # synchronize calls. A call paired with one (its correlation id) is a sync, whatever its name.
+    sync_rows = raw.is_in("cat", ("cuda_sync", "xpu_sync")) & ~raw.is_in("name", ("Stream Wait Event",)) & ok
+    synced = np.isin(mine, corr[sync_rows]) & rt_corr.is_valid().to_numpy(zero_copy_only=False)
+    kinds[synced & (kinds == CODE["api"])] = CODE["sync"]
     kinds[matches(names, r"StreamWaitEvent|WaitEvent$")] = CODE["wait"]
     return kinds
 

@@ -1,0 +1,432 @@
+"""The critical path of a rank over a region (the run, or one step): the longest chain of
+recorded activity through the dependency graph, and what each of its nanoseconds was.
+
+The graph follows the convention of Holistic Trace Analysis' critical path analysis, so the
+two agree on the same trace (tests/test_critical_path.py keeps HTA's figures):
+
+- Nodes: the start and the end of every host call with a duration (the call kinds of
+  `HOST_KINDS`) and of every device task on a stream (kernels, copies, memsets, collectives;
+  device-side waits with no weight of their own).
+- Host program order: inside a top-level call, consecutive start / end points of its nested
+  calls are joined by edges weighing the time between them, charged to the innermost open call;
+  consecutive top-level calls are joined by a zero-weight edge (time no call covers is not
+  evidence of anything). A blocking call (a synchronize, a blocking copy) weighs nothing from
+  its last inner point to its end: that wait is the device's, reached through a sync edge.
+- A device task weighs its duration (a wait task: nothing, its producer's edge explains it).
+- Launch: a task launched into an empty stream queue, after the task before it on its stream
+  ended, hangs off its launch call's start, weighing the launch delay. Otherwise it hangs off
+  the end of the task before it on its stream, weighing the gap between them (queue / dispatch).
+- Event: a task whose thread issued a stream wait before launching it hangs, with no weight,
+  off the end of the task on another stream of its device that ended last before it began
+  (Kineto records the event's record call, not the device task; the release's timing is the
+  evidence); an emulated wait task hangs off its producer (graph.Tasks.producer).
+- Sync: a blocking host call ends, with no weight, after each stream's last task that was still
+  running while the call waited.
+
+Each edge of the path is charged to one cause (`CP_CAUSES`); the region's time that no edge of the
+path covers is `untraced`, so the causes sum to the region's length exactly.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from analyzers.causality.graph import _class_of, _producers, _waited, host_state, stream_tasks
+from analyzers.frames import Frames
+
+#: Host call kinds that are nodes of the path.
+HOST_KINDS = ("api", "launch", "sync", "wait", "data_load", "host_work", "host_idle")
+#: What a nanosecond of the critical path was, with its label.
+CP_CAUSE_LABELS = {
+    "compute": "device compute (kernels)",
+    "copy": "device copies / memsets",
+    "collective": "collective communication",
+    "launch": "launch (launch calls and the delay to the task's start)",
+    "dispatch": "device queue: gap after the task before on the stream",
+    "sync": "host synchronize (its own time, not its wait)",
+    "blocking_copy": "blocking copy on the host (its own time)",
+    "data": "data loading / host work",
+    "host_idle": "host idle",
+    "host": "host: framework / other calls",
+    "untraced": "untraced (no recorded activity on the path)",
+}
+CP_CAUSES = tuple(CP_CAUSE_LABELS)
+#: Host class (graph.HOST_CLASSES) -> the cause of host time on the path.
+_HOST_CLASS_CAUSE = {"sync": "sync", "blocking_copy": "blocking_copy", "launch": "launch", "data_load": "data",
+                     "host_work": "data", "host_idle": "host_idle", "framework": "host"}
+_TASK_CAUSE = {"kernel": "compute", "memcpy": "copy", "memset": "copy", "collective": "collective", "wait": "dispatch"}
+#: Edge types, as HTA names them (critical_path_*), for the comparison and the breakdown.
+EDGE_TYPES = ("operator", "dependency", "kernel_launch_delay", "kernel_kernel_delay", "sync_dependency")
+_OP, _DEP, _LAUNCH, _KK, _SYNC = range(5)
+
+SEGMENT_COLUMNS = ["rank", "ts", "end", "weight_ns", "cause", "edge", "name", "where"]
+
+
+@dataclass
+class CriticalPath:
+    """One rank's critical path over [start, end)."""
+
+    rank: int
+    start: int
+    end: int
+    #: The path's edges in time order (SEGMENT_COLUMNS): `where` is "stream S" or "thread T".
+    segments: pd.DataFrame
+
+    @property
+    def length_ns(self) -> int:
+        """The path's length: the sum of its edges' weights (what HTA calls its length)."""
+        return int(self.segments["weight_ns"].sum()) if len(self.segments) else 0
+
+    @property
+    def region_ns(self) -> int:
+        return int(self.end - self.start)
+
+    def blame(self) -> pd.Series:
+        """ns per cause (CP_CAUSES order), `untraced` the region time off the path: sums to region_ns."""
+        by = self.segments.groupby("cause")["weight_ns"].sum() if len(self.segments) else pd.Series(dtype=np.int64)
+        out = pd.Series({c: int(by.get(c, 0)) for c in CP_CAUSES}, dtype=np.int64)
+        out["untraced"] = self.region_ns - int(out.drop("untraced").sum())
+        return out
+
+    def by_edge(self) -> pd.Series:
+        by = self.segments.groupby("edge")["weight_ns"].sum() if len(self.segments) else pd.Series(dtype=np.int64)
+        return pd.Series({e: int(by.get(e, 0)) for e in EDGE_TYPES}, dtype=np.int64)
+
+    def top_ops(self, n: int = 10) -> pd.DataFrame:
+        """The ops that set the path's length, longest first: name, where, cause, ns, count."""
+        s = self.segments[self.segments["weight_ns"] > 0]
+        if s.empty:
+            return pd.DataFrame(columns=["name", "where", "cause", "ns", "count"])
+        g = s.groupby(["name", "where", "cause"], as_index=False).agg(ns=("weight_ns", "sum"),
+                                                                     count=("weight_ns", "size"))
+        return g.sort_values(["ns", "name"], ascending=[False, True]).head(n).reset_index(drop=True)
+
+
+def critical_path(frames: Frames, rank: int, start: int | None = None, end: int | None = None) -> CriticalPath:
+    """`rank`'s critical path over the host calls that start in [start, end) and the device tasks
+    they launched (tasks with no launch call: those that start in it); the whole trace by default."""
+    g = _Graph(frames, rank, start, end)
+    return g.longest_path()
+
+
+def step_paths(frames: Frames, rank: int) -> list[tuple[object, CriticalPath]]:
+    """One critical path per step of `rank` (its `ProfilerStep` / step slices), in order."""
+    steps = frames.steps
+    steps = steps[steps["rank"] == rank]
+    return [(s.step if pd.notna(s.step) else s.name, critical_path(frames, rank, int(s.ts), int(s.end)))
+            for s in steps.itertuples()]
+
+
+class _Graph:
+    """The nodes and weighted edges of one rank's region (see the module docstring)."""
+
+    def __init__(self, frames: Frames, rank: int, start: int | None, end: int | None) -> None:
+        self.rank = rank
+        tasks_all = stream_tasks(frames)
+        tasks = tasks_all[(tasks_all["rank"] == rank) & tasks_all["kind"].isin(tuple(_TASK_CAUSE))]
+        calls = self._host_calls(frames, rank, tasks)
+        lo = -np.inf if start is None else start
+        hi = np.inf if end is None else end
+        # Half-open, so that consecutive steps share no call.
+        calls = calls[(calls["ts"] >= lo) & (calls["ts"] < hi)].reset_index(drop=True)
+        tasks = self._tasks_in(tasks, frames, rank, calls, lo, hi)
+        self.calls, self.tasks = calls, tasks
+        H, D = len(calls), len(tasks)
+        self.H, self.D = H, D
+        self.node_ts = np.concatenate([calls["ts"].to_numpy(np.int64), calls["end"].to_numpy(np.int64),
+                                       tasks["ts"].to_numpy(np.int64), tasks["end"].to_numpy(np.int64)])
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.w: list[int] = []
+        self.etype: list[int] = []
+        self.cause: list[str] = []
+        self.what: list[int] = []  # the event an edge is charged to: host call i, or H + task j
+        self.dropped = 0  # edges that would run back in time
+        self._host_edges()
+        self._device_edges(frames)
+        if start is None:
+            self.start = int(self.node_ts.min()) if len(self.node_ts) else 0
+            self.end = int(self.node_ts.max()) if len(self.node_ts) else 0
+        else:
+            self.start = int(start)
+            self.end = max(int(end), int(self.node_ts.max()) if len(self.node_ts) else int(end))
+
+    # -- nodes ---------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _host_calls(frames: Frames, rank: int, tasks: pd.DataFrame) -> pd.DataFrame:
+        t = frames.table
+        mask = frames.kind_mask(HOST_KINDS) & (t.column("rank").to_numpy() == rank)
+        sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
+        sub = sub[(sub["ph"] == "X") & (sub["dur"].fillna(0) > 0)].copy()
+        sub["end"] = sub["ts"] + sub["dur"].astype(np.int64)
+        kinds = tasks["kind"].to_numpy()
+        copy_corrs = tasks["corr"].to_numpy(dtype=np.float64)[np.isin(kinds, ("memcpy", "memset"))]
+        sub["klass"] = _class_of(sub, copy_corrs[~np.isnan(copy_corrs)])
+        return sub.sort_values(["pid", "tid", "ts", "end"], ascending=[True, True, True, False],
+                               kind="stable").reset_index(drop=True)
+
+    @staticmethod
+    def _tasks_in(tasks: pd.DataFrame, frames: Frames, rank: int, calls: pd.DataFrame, lo, hi) -> pd.DataFrame:
+        launches = calls[calls["kind"].astype(str) == "launch"]
+        index = pd.Series(launches.index.to_numpy(), index=launches["corr"].to_numpy()).groupby(level=0).first()
+        corr = tasks["corr"].to_numpy(np.float64)
+        at = index.reindex(corr).to_numpy()
+        tasks = tasks.assign(launch=np.where(np.isnan(at), -1, at).astype(np.int64))
+        # Tasks whose launch call lies outside the region are not the region's; tasks that have
+        # no launch call anywhere (HCCL's own tasks) enter by their start.
+        all_launches = frames.launches
+        launched = np.isin(corr, all_launches[all_launches["rank"] == rank]["corr"].to_numpy(np.float64))
+        ts = tasks["ts"].to_numpy(np.int64)
+        keep = (tasks["launch"].to_numpy() >= 0) | (~launched & (ts >= lo) & (ts < hi))
+        return tasks[keep].sort_values(["device", "stream", "ts", "end"], kind="stable").reset_index(drop=True)
+
+    def _hs(self, i: int) -> int:
+        return i
+
+    def _he(self, i: int) -> int:
+        return self.H + i
+
+    def _ts_(self, j: int) -> int:
+        return 2 * self.H + j
+
+    def _te(self, j: int) -> int:
+        return 2 * self.H + self.D + j
+
+    def _edge(self, u: int, v: int, etype: int, what: int, cause: str, zero: bool = False) -> None:
+        if self.node_ts[v] < self.node_ts[u]:
+            # Timestamps contradict the dependency (a launch written after its task began, a
+            # task overlapping the one before it on a lane): the path never runs back in time.
+            self.dropped += 1
+            return
+        self.src.append(u)
+        self.dst.append(v)
+        self.w.append(0 if zero or etype in (_DEP, _SYNC) else int(self.node_ts[v] - self.node_ts[u]))
+        self.etype.append(etype)
+        self.cause.append(cause)
+        self.what.append(what)
+
+    # -- edges ---------------------------------------------------------------------------------------------------
+
+    def _host_edges(self) -> None:
+        c = self.calls
+        if c.empty:
+            return
+        ts = c["ts"].to_numpy(np.int64)
+        end = c["end"].to_numpy(np.int64).copy()
+        klass = c["klass"].to_numpy()
+        cause = [_HOST_CLASS_CAUSE[k] for k in klass]
+        blocking = np.isin(klass, ("sync", "blocking_copy"))
+        thread = (c["pid"].astype(np.int64) * (1 << 32) + c["tid"].astype(np.int64)).to_numpy()
+        bounds = np.flatnonzero(np.diff(thread)) + 1
+        for lo, hi in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(c)]]).tolist()):
+            stack: list[int] = []
+            last = -1  # the last node inside the open top-level call
+            last_top = -1  # the end node of the last top-level call
+            for i in range(lo, hi):
+                while stack and end[stack[-1]] <= ts[i]:
+                    last, last_top = self._exit(stack, last, last_top, blocking, cause)
+                if stack and end[i] > end[stack[-1]]:
+                    end[i] = end[stack[-1]]  # a call overlapping its parent's end ends with it
+                    self.node_ts[self._he(i)] = end[i]
+                if not stack:
+                    if last_top >= 0:
+                        self._edge(last_top, self._hs(i), _DEP, i, "host")
+                else:
+                    self._edge(last, self._hs(i), _OP, stack[-1], cause[stack[-1]])
+                last = self._hs(i)
+                stack.append(i)
+            while stack:
+                last, last_top = self._exit(stack, last, last_top, blocking, cause)
+
+    def _exit(self, stack: list[int], last: int, last_top: int, blocking, cause) -> tuple[int, int]:
+        i = stack.pop()
+        self._edge(last, self._he(i), _OP, i, cause[i], zero=bool(blocking[i]))
+        if not stack:
+            return -1, self._he(i)
+        return self._he(i), last_top
+
+    def _device_edges(self, frames: Frames) -> None:
+        t = self.tasks
+        if t.empty:
+            return
+        ts = t["ts"].to_numpy(np.int64)
+        end = t["end"].to_numpy(np.int64)
+        kind = t["kind"].to_numpy()
+        device = t["device"].to_numpy(np.int64)
+        stream = t["stream"].to_numpy(np.int64)
+        launch = t["launch"].to_numpy(np.int64)
+        calls_ts = self.calls["ts"].to_numpy(np.int64)
+        l_ts = np.where(launch >= 0, calls_ts[np.maximum(launch, 0)] if len(calls_ts) else 0, np.iinfo(np.int64).max)
+        same = np.zeros(len(t), dtype=bool)
+        same[1:] = (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])
+        prev = np.where(same, np.arange(len(t)) - 1, -1)
+        q_launch, q_start = _queue_lengths(ts, l_ts, launch >= 0, device, stream)
+        release = self._event_sources(frames, t, prev, l_ts, launch)
+        for j in range(len(t)):
+            cause = _TASK_CAUSE[kind[j]]
+            self._edge(self._ts_(j), self._te(j), _OP, self.H + j, cause, zero=kind[j] == "wait")
+            p, q = int(prev[j]), int(release[j])
+            if kind[j] == "wait":
+                if q >= 0:  # the producer's end released the wait's end
+                    self._edge(self._te(q), self._te(j), _SYNC, self.H + j, "dispatch")
+                q = -1
+            elif q >= 0:
+                self._edge(self._te(q), self._ts_(j), _SYNC, self.H + j, "dispatch")
+            if (launch[j] >= 0 and q_launch[j] == 1 and q_start[j] == 0 and (p < 0 or end[p] < l_ts[j])
+                    and (q < 0 or end[q] < l_ts[j])):
+                self._edge(self._hs(int(launch[j])), self._ts_(j), _LAUNCH, self.H + j, "launch")
+            elif p >= 0 and (q < 0 or end[q] < end[p]):
+                # A gap after the task before is the queue's only when the task was launched
+                # (a task no call launched may have been written to the stream at any time).
+                self._edge(self._te(p), self._ts_(j), _KK, self.H + j, "dispatch", zero=launch[j] < 0)
+            elif p < 0 and q < 0 and launch[j] >= 0:
+                # A stream's first task, with more launched behind it before it started: its
+                # launch is still its only release (HTA leaves such a task unconnected).
+                self._edge(self._hs(int(launch[j])), self._ts_(j), _LAUNCH, self.H + j, "launch")
+        self._sync_edges(ts, end, device, stream)
+
+    def _event_sources(self, frames: Frames, t: pd.DataFrame, prev, l_ts, launch) -> np.ndarray:
+        """Per task: the task whose end released it through an event (-1: none)."""
+        ts = t["ts"].to_numpy(np.int64)
+        end = t["end"].to_numpy(np.int64)
+        kind = t["kind"].to_numpy()
+        device = t["device"].to_numpy(np.int64)
+        stream = t["stream"].to_numpy(np.int64)
+        out = _producers(ts, end, kind, device, stream, 5_000)
+        host = host_state(frames, self.rank, t)
+        thread = np.full(len(t), -1, dtype=np.int64)
+        if len(self.calls):
+            c = self.calls
+            th = np.array([host.index(int(p), int(q)) for p, q in zip(c["pid"], c["tid"])], dtype=np.int64)
+            thread[launch >= 0] = th[launch[launch >= 0]]
+        lts = np.where(launch >= 0, l_ts, np.nan).astype(np.float64)
+        waited = _waited(frames, self.rank, host, prev, lts, thread) & (kind != "wait")
+        if waited.any():
+            out[waited] = _last_other_end(ts, end, device, stream, kind, np.flatnonzero(waited))
+        return out
+
+    def _sync_edges(self, ts, end, device, stream) -> None:
+        """Each blocking host call ends after every stream's last task that ran while it waited."""
+        c = self.calls
+        blocking = np.flatnonzero(np.isin(c["klass"].to_numpy(), ("sync", "blocking_copy")))
+        if not len(blocking):
+            return
+        c_ts = c["ts"].to_numpy(np.int64)
+        c_end = c["end"].to_numpy(np.int64)
+        lanes = pd.DataFrame({"d": device, "s": stream}).groupby(["d", "s"]).indices
+        for idx in lanes.values():
+            idx = np.asarray(idx)
+            order = idx[np.argsort(ts[idx], kind="stable")]
+            starts = ts[order]
+            k = np.searchsorted(starts, c_end[blocking], side="right") - 1
+            ok = k >= 0
+            j = order[np.maximum(k, 0)]
+            # Still running while the call waited, and done by the time it returned.
+            ok &= (end[j] >= c_ts[blocking]) & (end[j] <= c_end[blocking])
+            for i, jj in zip(blocking[ok].tolist(), j[ok].tolist()):
+                self._edge(self._te(jj), self._he(i), _SYNC, i, "sync")
+
+    # -- the longest path ----------------------------------------------------------------------------------------
+
+    def longest_path(self) -> CriticalPath:
+        n = len(self.node_ts)
+        if not self.src:
+            return CriticalPath(self.rank, self.start, self.end, pd.DataFrame(columns=SEGMENT_COLUMNS))
+        src = np.asarray(self.src, dtype=np.int64)
+        dst = np.asarray(self.dst, dtype=np.int64)
+        w = np.asarray(self.w, dtype=np.int64)
+        order = np.argsort(src, kind="stable")
+        starts = np.searchsorted(src[order], np.arange(n + 1))
+        indeg = np.bincount(dst, minlength=n)
+        dist = np.zeros(n, dtype=np.int64)
+        via = np.full(n, -1, dtype=np.int64)  # the edge the best path arrives by
+        ready = deque(np.flatnonzero(indeg == 0).tolist())
+        dst_o, w_o = dst[order].tolist(), w[order].tolist()
+        starts_l = starts.tolist()
+        dist_l = dist.tolist()
+        via_l = via.tolist()
+        indeg_l = indeg.tolist()
+        order_l = order.tolist()
+        seen = 0
+        while ready:
+            u = ready.popleft()
+            seen += 1
+            du = dist_l[u]
+            for k in range(starts_l[u], starts_l[u + 1]):
+                v = dst_o[k]
+                if via_l[v] < 0 or du + w_o[k] > dist_l[v]:
+                    dist_l[v] = du + w_o[k]
+                    via_l[v] = order_l[k]
+                indeg_l[v] -= 1
+                if indeg_l[v] == 0:
+                    ready.append(v)
+        if seen != n:
+            raise ValueError(f"rank {self.rank}: the dependency graph has a cycle ({n - seen} nodes left)")
+        node = int(np.argmax(dist_l))
+        path = []
+        while via_l[node] >= 0:
+            e = via_l[node]
+            path.append(e)
+            node = int(src[e])
+        path.reverse()
+        return CriticalPath(self.rank, self.start, self.end, self._segments(np.asarray(path, dtype=np.int64), w))
+
+    def _segments(self, path: np.ndarray, w: np.ndarray) -> pd.DataFrame:
+        if not len(path):
+            return pd.DataFrame(columns=SEGMENT_COLUMNS)
+        src = np.asarray(self.src, dtype=np.int64)[path]
+        dst = np.asarray(self.dst, dtype=np.int64)[path]
+        what = np.asarray(self.what, dtype=np.int64)[path]
+        names = np.concatenate([self.calls["name"].astype(str).to_numpy(), self.tasks["name"].astype(str).to_numpy()])
+        where = np.concatenate([("thread " + self.calls["tid"].astype(str)).to_numpy(),
+                                ("stream " + self.tasks["stream"].astype(str)).to_numpy()])
+        return pd.DataFrame({
+            "rank": self.rank, "ts": self.node_ts[src], "end": self.node_ts[dst], "weight_ns": w[path],
+            "cause": np.asarray(self.cause, dtype=object)[path],
+            "edge": np.asarray(EDGE_TYPES, dtype=object)[np.asarray(self.etype, dtype=np.int64)[path]],
+            "name": names[what], "where": where[what],
+        })
+
+
+def _queue_lengths(ts, l_ts, launched, device, stream) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, a stream's queue length (launched, not yet started) just after its launch and just
+    after its start, as HTA counts it (+1 at a launch call's start, -1 at a task's start)."""
+    n = len(ts)
+    q_launch = np.full(n, -1, dtype=np.int64)
+    q_start = np.full(n, -1, dtype=np.int64)
+    lanes = pd.DataFrame({"d": device, "s": stream}).groupby(["d", "s"]).indices
+    for idx in lanes.values():
+        idx = np.asarray(idx)[launched[np.asarray(idx)]]
+        if not len(idx):
+            continue
+        times = np.concatenate([l_ts[idx], ts[idx]])
+        delta = np.concatenate([np.ones(len(idx), np.int64), -np.ones(len(idx), np.int64)])
+        order = np.argsort(times, kind="stable")
+        level = np.empty(len(times), dtype=np.int64)
+        level[order] = np.cumsum(delta[order])
+        q_launch[idx] = level[: len(idx)]
+        q_start[idx] = level[len(idx):]
+    return q_launch, q_start
+
+
+def _last_other_end(ts, end, device, stream, kind, tasks: np.ndarray) -> np.ndarray:
+    """Per task in `tasks`: the task on another stream of its device that ended last at or before
+    it started (-1: none)."""
+    out = np.full(len(tasks), -1, dtype=np.int64)
+    for dev in np.unique(device[tasks]):
+        c = np.flatnonzero((device == dev) & (kind != "wait"))
+        c = c[np.argsort(end[c], kind="stable")]
+        ends = end[c]
+        for k in np.flatnonzero(device[tasks] == dev):
+            j = int(tasks[k])
+            i = int(np.searchsorted(ends, ts[j], side="right")) - 1
+            while i >= 0 and stream[c[i]] == stream[j]:
+                i -= 1
+            out[k] = int(c[i]) if i >= 0 else -1
+    return out

@@ -1,0 +1,89 @@
+"""`msprof-py critical-path`: what set a run's (or a step's) time, rank by rank.
+
+A view of analyzers.causality.critical_path: per rank, the region, the critical path's length
+(the recorded activity on it, as Holistic Trace Analysis measures it), its time per cause (the
+region's time off the path is `untraced`, so the causes sum to the region), and the ops that
+made it up; across ranks, the rank whose path is longest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from analyzers.causality.critical_path import CP_CAUSE_LABELS, CP_CAUSES, critical_path
+from analyzers.frames import Frames
+from msprof_py.errors import MsprofError
+from msprof_py.trace.schema import Trace
+
+
+def summarize(trace: Trace, ranks: list[int] | None = None, step: int | None = None, top: int = 10) -> dict[str, Any]:
+    """The critical path of each of `ranks` (default: all) over the run or over `step`, as a dict."""
+    frames = Frames(trace)
+    present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
+    if ranks:
+        missing = sorted(set(ranks) - set(present))
+        if missing:
+            raise MsprofError(f"no rank {', '.join(map(str, missing))} in the trace",
+                              hint=f"its ranks are {', '.join(map(str, present)) or 'none'}")
+    out = []
+    for rank in ranks or present:
+        start = end = None
+        if step is not None:
+            steps = frames.steps
+            row = steps[(steps["rank"] == rank) & (steps["step"] == step)]
+            if row.empty:
+                have = sorted(int(s) for s in steps.loc[steps["rank"] == rank, "step"].dropna().unique())
+                raise MsprofError(f"rank {rank} has no step {step}",
+                                  hint=f"its steps are {', '.join(map(str, have))}" if have
+                                  else "the trace records no steps; leave out --step")
+            start, end = int(row["ts"].min()), int(row["end"].max())
+        cp = critical_path(frames, rank, start, end)
+        blame = cp.blame()
+        out.append({
+            "rank": rank, "start_ns": cp.start, "end_ns": cp.end, "region_ns": cp.region_ns,
+            "length_ns": cp.length_ns,
+            "blame_ns": {c: int(blame[c]) for c in CP_CAUSES},
+            "by_edge_ns": {k: int(v) for k, v in cp.by_edge().items()},
+            "top_ops": [{"name": r.name, "where": r.where, "cause": r.cause, "ns": int(r.ns), "count": int(r.count)}
+                        for r in cp.top_ops(top).itertuples()],
+        })
+    longest = max(out, key=lambda r: (r["length_ns"], -r["rank"])) if out else None
+    return {"step": step, "ranks": out, "longest_rank": longest["rank"] if longest else None}
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def render(summary: dict[str, Any], title: str) -> RenderableType:
+    parts: list[RenderableType] = []
+    head = Text(f"critical path of {title}" + (f", step {summary['step']}" if summary["step"] is not None else ""),
+                style="bold")
+    parts.append(head)
+    for r in summary["ranks"]:
+        region = max(r["region_ns"], 1)
+        t = Table(title=f"rank {r['rank']}: path {_ms(r['length_ns'])} ms of {_ms(r['region_ns'])} ms",
+                  title_justify="left")
+        t.add_column("cause")
+        t.add_column("ms", justify="right")
+        t.add_column("share", justify="right")
+        for cause in CP_CAUSES:
+            ns = r["blame_ns"][cause]
+            if ns:
+                t.add_row(Text(CP_CAUSE_LABELS[cause]), Text(_ms(ns)), Text(f"{100 * ns / region:.1f}%"))
+        parts.append(t)
+        ops = Table(title=f"rank {r['rank']}: ops on the path", title_justify="left")
+        for col, just in (("op", "left"), ("where", "left"), ("cause", "left"), ("ms", "right"), ("count", "right")):
+            ops.add_column(col, justify=just)  # type: ignore[arg-type]
+        for o in r["top_ops"]:
+            ops.add_row(Text(o["name"][:80]), Text(o["where"]), Text(o["cause"]), Text(_ms(o["ns"])),
+                        Text(str(o["count"])))
+        parts.append(ops)
+    if len(summary["ranks"]) > 1:
+        parts.append(Text(f"longest path: rank {summary['longest_rank']}"))
+    return Group(*parts)

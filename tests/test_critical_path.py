@@ -1,0 +1,167 @@
+"""The critical path (analyzers.causality.critical_path): its length agrees with Holistic Trace
+Analysis' critical_path_analysis on the shared traces HTA ships for it; on every shared real
+trace and every scenario it is a chain forward in time whose causes sum to the region; and on
+hand-built tables it is the exact chain of releases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyzers import Frames
+from analyzers.causality.critical_path import CP_CAUSES, EDGE_TYPES, critical_path, step_paths
+from msprof_py.trace.importers import import_trace
+from runtime_emu import scenarios
+from tests.conftest import REAL_TRACES
+from tests.test_causality import REAL, launch, table, task
+
+#: HTA 0.5's figures on the same files, computed by tests/data/make_hta_critical_path.py in an
+#: environment with pandas < 3 (HTA's critical path analysis fails with pandas 3).
+HTA = json.loads((Path(__file__).parent / "data" / "hta_critical_path.json").read_text())["traces"]
+
+
+@pytest.mark.parametrize("name", sorted(HTA))
+def test_path_length_agrees_with_hta_within_one_percent(real_traces, name):
+    cp = critical_path(Frames(import_trace(real_traces / "kineto" / f"{name}.json.gz")), 0)
+    ours_us = cp.length_ns / 1_000  # the table is in ns, the trace (and HTA's figures) in us
+    assert abs(ours_us - HTA[name]["length"]) <= 0.01 * HTA[name]["length"], (ours_us, HTA[name]["length"])
+
+
+def test_event_sync_trace_matches_hta_edge_by_edge_type(real_traces):
+    """cudaEventQuery carries CUPTI's Event Sync record: a sync whose wait is the device's, as HTA counts it."""
+    cp = critical_path(Frames(import_trace(real_traces / "kineto" / "event_sync_multi_stream.json.gz")), 0)
+    theirs = HTA["event_sync_multi_stream"]["by_edge_type"]
+    assert {k: v // 1_000 for k, v in cp.by_edge().items()} == {
+        e: theirs.get(f"critical_path_{e}", 0) for e in EDGE_TYPES}
+    assert cp.length_ns == 1_178_000
+
+
+def check_path(cp) -> None:
+    s = cp.segments
+    blame = cp.blame()
+    assert list(blame.index) == list(CP_CAUSES)
+    assert int(blame.sum()) == cp.region_ns  # conserved: the causes sum to the region exactly
+    assert blame["untraced"] >= 0 and (blame >= 0).all()
+    assert cp.length_ns <= cp.region_ns
+    if len(s):
+        ts, end, w = s["ts"].to_numpy(), s["end"].to_numpy(), s["weight_ns"].to_numpy()
+        assert (end[:-1] == ts[1:]).all()  # one chain: each edge starts where the one before ended
+        assert ((w >= 0) & (w <= end - ts)).all()  # forward in time, never more than its span
+        assert ts[0] >= cp.start and end[-1] <= cp.end
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_path_is_a_forward_chain_whose_causes_sum_to_the_region_on_every_real_trace(real_traces, name):
+    frames = Frames(import_trace(real_traces / name))
+    for rank in np.unique(frames.table.column("rank").to_numpy()):
+        check_path(critical_path(frames, int(rank)))
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_the_path_is_a_forward_chain_on_every_scenario_and_per_step(name):
+    spec = scenarios.SCENARIOS[name]
+    result = scenarios.run(name, seed=1, steps=2) if spec.multi_rank else scenarios.run(name, seed=1)
+    frames = Frames(result.trace)
+    for rank in np.unique(frames.table.column("rank").to_numpy()):
+        cp = critical_path(frames, int(rank))
+        check_path(cp)
+        # An emulated run is the device's work: the path is mostly device time.
+        device = sum(int(cp.blame()[c]) for c in ("compute", "copy", "collective"))
+        assert device >= 0.5 * cp.length_ns, cp.blame().to_dict()
+        for _step, sp in step_paths(frames, int(rank)):
+            check_path(sp)
+
+
+# ---------------------------------------------------------------- hand-built tables
+def path(rows):
+    return critical_path(Frames(table(rows)), 0)
+
+
+def chain(cp) -> list[tuple[int, int, str, str]]:
+    return [(int(r.ts), int(r.end), r.cause, r.name) for r in cp.segments.itertuples() if r.weight_ns > 0]
+
+
+def test_a_full_queue_is_device_bound_the_path_runs_through_the_kernels():
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 20, 100, 1),
+            launch(10, 10, 2), task("K2", "kernel", 1, 125, 100, 2),
+            launch(20, 10, 3), task("K3", "kernel", 1, 230, 100, 3),
+            launch(30, 10, 4), task("K4", "kernel", 1, 335, 100, 4)]
+    cp = path(rows)
+    assert chain(cp) == [(0, 20, "launch", "K1"), (20, 120, "compute", "K1"), (120, 125, "dispatch", "K2"),
+                         (125, 225, "compute", "K2"), (225, 230, "dispatch", "K3"), (230, 330, "compute", "K3"),
+                         (330, 335, "dispatch", "K4"), (335, 435, "compute", "K4")]
+    assert cp.length_ns == 435 and cp.blame()["untraced"] == 0
+
+
+def test_a_host_bound_loop_the_path_runs_through_the_host_work_between_launches():
+    rows = [{"ph": "X", "name": "next_batch", "kind": "data_load", "ts": 0, "dur": 1000},
+            launch(1000, 10, 1), task("K1", "kernel", 1, 1020, 50, 1),
+            {"ph": "X", "name": "next_batch", "kind": "data_load", "ts": 1100, "dur": 1000},
+            launch(2100, 10, 2), task("K2", "kernel", 1, 2120, 50, 2)]
+    cp = path(rows)
+    assert chain(cp) == [(0, 1000, "data", "next_batch"), (1000, 1010, "launch", "launch"),
+                         (1100, 2100, "data", "next_batch"), (2100, 2120, "launch", "K2"), (2120, 2170, "compute", "K2")]
+    b = cp.blame()
+    assert (b["data"], b["launch"], b["compute"], b["untraced"]) == (2000, 30, 50, 90)
+
+
+def test_a_stream_wait_on_an_event_goes_through_the_other_streams_task():
+    # K2 on stream 2 was launched at 40, after a stream-wait call; it starts as K1 on stream 1 ends.
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 500, 1),
+            {"ph": "X", "name": "cudaEventRecord", "kind": "api", "ts": 20, "dur": 5},
+            {"ph": "X", "name": "cudaStreamWaitEvent", "kind": "wait", "ts": 30, "dur": 5},
+            launch(40, 10, 2), task("K2", "kernel", 2, 515, 100, 2)]
+    cp = path(rows)
+    assert chain(cp) == [(0, 10, "launch", "K1"), (10, 510, "compute", "K1"), (515, 615, "compute", "K2")]
+    assert list(cp.segments["edge"]) == ["kernel_launch_delay", "operator", "sync_dependency", "operator"]
+    # Without the wait call nothing records the dependency: the launch delay is K2's release.
+    no_wait = path([r for r in rows if r["name"] != "cudaStreamWaitEvent"])
+    assert chain(no_wait)[-2:] == [(40, 515, "launch", "K2"), (515, 615, "compute", "K2")]
+
+
+def test_a_synchronize_waits_for_the_device_its_wait_weighs_nothing_the_kernel_does():
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 20, 500, 1),
+            {"ph": "X", "name": "cudaStreamSynchronize", "kind": "sync", "ts": 15, "dur": 510},
+            {"ph": "X", "name": "preprocess", "kind": "host_work", "ts": 530, "dur": 500},
+            launch(1030, 10, 2), task("K2", "kernel", 1, 1050, 50, 2)]
+    cp = path(rows)
+    assert chain(cp) == [(0, 20, "launch", "K1"), (20, 520, "compute", "K1"), (530, 1030, "data", "preprocess"),
+                         (1030, 1050, "launch", "K2"), (1050, 1100, "compute", "K2")]
+    assert "sync_dependency" in set(cp.segments["edge"])
+    assert cp.blame()["sync"] == 0 and cp.length_ns == 1090
+
+
+def test_steps_each_get_their_own_path():
+    rows = [{"ph": "X", "name": "ProfilerStep#1", "kind": "step", "step": 1, "ts": 0, "dur": 300},
+            launch(0, 10, 1), task("K1", "kernel", 1, 20, 200, 1),
+            {"ph": "X", "name": "ProfilerStep#2", "kind": "step", "step": 2, "ts": 300, "dur": 300},
+            launch(300, 10, 2), task("K2", "kernel", 1, 320, 100, 2)]
+    got = [(step, sp.length_ns, sp.region_ns) for step, sp in step_paths(Frames(table(rows)), 0)]
+    assert got == [(1, 220, 300), (2, 120, 300)]
+
+
+# ---------------------------------------------------------------- the command
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "msprof_py.cli", *args], capture_output=True, text=True)
+
+
+def test_cli_prints_the_path_as_json_and_rejects_a_missing_rank_or_step():
+    trace = str(REAL_TRACES / "kineto" / "event_sync_multi_stream.json.gz")
+    ok = run_cli("critical-path", trace, "--json", "--top", "3")
+    assert ok.returncode == 0, ok.stderr
+    got = json.loads(ok.stdout)
+    r = got["ranks"][0]
+    assert (r["rank"], r["length_ns"], got["longest_rank"]) == (0, 1_178_000, 0)
+    assert sum(r["blame_ns"].values()) == r["region_ns"]
+    assert [o["name"] for o in r["top_ops"]] == ["cudaMalloc", "aten::mm", "ampere_sgemm_128x64_nn"]
+    bad = run_cli("critical-path", trace, "--rank", "3")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == "msprof-py: error: no rank 3 in the trace (its ranks are 0)\n"
+    bad = run_cli("critical-path", trace, "--step", "7")
+    assert bad.returncode == 2
+    assert bad.stderr == "msprof-py: error: rank 0 has no step 7 (the trace records no steps; leave out --step)\n"
