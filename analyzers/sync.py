@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from analyzers.causality import happens_before
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Frames, cover, merge_intervals, union_ns
 from msprof_py.trace.units import ms, pct
@@ -34,9 +35,11 @@ def analyze(frames: Frames, cfg: SyncConfig):
     the device idle it causes (nothing queued behind it), which the bubble analyzer measures
     and reports as BUBBLE_SYNC.
     For missing sync, buffer accesses (kinds `mem_read` / `mem_write`: the buffer address and the
-    task's corr id, as a sanitizer records them) are joined to their tasks; a read whose task starts
-    before a write to the same address on another stream ends, with the write launched first,
-    is a race.
+    task's corr id, as a sanitizer records them) are joined to their tasks; a read of a buffer that
+    a task on another stream wrote, the write launched first, with no chain of recorded releases
+    (stream order, event waits, host synchronizes) from the write to the read, is a race
+    (analyzers.causality.happens_before: vector clocks, linear in tasks and accesses), whether
+    the two overlapped in this run or the write finished first only by luck.
     """
     host = frames.host_calls
     acc = frames.accesses
@@ -66,7 +69,7 @@ def analyze(frames: Frames, cfg: SyncConfig):
                     rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
                     value=round(stalled / span, 4), threshold=cfg.stall_ratio,
                     evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
-    races = _races(frames, acc)
+    races = happens_before.races(frames) if not acc.empty else pd.DataFrame()
     # One missing dependency (reader stream -> writer stream) races once per reading task, on
     # as many buffers as that task reads: one finding per stream pair, one occurrence per
     # reading task (its earliest read to the last write it overlapped).
@@ -78,15 +81,18 @@ def analyze(frames: Frames, cfg: SyncConfig):
         findings.append(Finding(
             code="MISSING_SYNC", severity=Severity.CRITICAL, title="Read before the producing task finished",
             message=(f"rank {rank}: {len(per_read)} task(s) on stream {r_stream} read {g['addr'].nunique()} "
-                     f"buffer(s) while stream {w_stream} was still writing them (e.g. {first.r_name!r} started "
-                     f"reading {int(first.addr):#x} {ms(first.w_end - first.r_ts)} before "
-                     f"{first.w_name!r} finished writing it); no event orders stream {r_stream} after stream "
-                     f"{w_stream}"),
+                     + (f"buffer(s) while stream {w_stream} was still writing them (e.g. {first.r_name!r} started "
+                        f"reading {int(first.addr):#x} {ms(first.w_end - first.r_ts)} before "
+                        f"{first.w_name!r} finished writing it)" if first.w_end > first.r_ts else
+                        f"buffer(s) that stream {w_stream} wrote, ordered only by luck (e.g. {first.r_name!r} read "
+                        f"{int(first.addr):#x} {ms(first.r_ts - first.w_end)} after {first.w_name!r} finished "
+                        f"writing it, with nothing making it wait)")
+                     + f"; no event orders stream {r_stream} after stream {w_stream}"),
             rank=int(rank), device=int(device), stream=int(r_stream), ts_ns=int(per_read["ts"].min()),
             dur_ns=int(per_read["end"].max() - per_read["ts"].min()),
-            metric="overlap_ns", value=float((g["w_end"] - g["r_ts"]).max()), threshold=0.0,
+            metric="overlap_ns", value=float(max((g["w_end"] - g["r_ts"]).max(), 0)), threshold=0.0,
             evidence=[{"writer_corr": int(r.w_corr), "writer": r.w_name, "reader_corr": int(r.r_corr), "reader": r.r_name,
-                       "addr": int(r.addr), "overlap_ns": int(r.w_end - r.r_ts)}
+                       "addr": int(r.addr), "overlap_ns": max(int(r.w_end - r.r_ts), 0)}
                       for r in g.head(cfg.evidence).itertuples()],
             occurrences=[{"rank": int(rank), "device": int(device), "stream": int(r_stream), "ts_ns": int(r.ts), "dur_ns": int(r.end - r.ts),
                           "reader_corr": int(corr), "buffers": int(r.buffers)} for corr, r in per_read.iterrows()]))
@@ -102,25 +108,3 @@ def _device_idle_during(frames: Frames, rank: int, calls: pd.DataFrame) -> int:
     a, b = merge_intervals(calls["ts"].to_numpy(), (calls["ts"] + calls["dur"].fillna(0)).to_numpy())
     busy = cover(k).between(a, b) if len(k) else 0
     return int(((b - a) - busy).sum())
-
-
-def _races(frames: Frames, acc: pd.DataFrame) -> pd.DataFrame:
-    if acc.empty:
-        return pd.DataFrame()
-    ops = frames.device_ops[["rank", "corr", "device", "stream", "ts", "end", "name"]]
-    launches = frames.launches[["rank", "corr", "ts"]].rename(columns={"ts": "launch_ts"})
-    a = acc[["rank", "kind", "addr", "corr"]].merge(ops, on=["rank", "corr"]).merge(launches, on=["rank", "corr"], how="left")
-    a["name_op"] = a["name"].astype(str)
-    kind = a["kind"].astype(str)
-    reads = a[kind == "mem_read"]
-    writes = a[kind == "mem_write"]
-    if reads.empty or writes.empty:
-        return pd.DataFrame()
-    # Stream ids are per device: two streams race only on one device (same addr space).
-    m = reads.merge(writes, on=["rank", "device", "addr"], suffixes=("_r", "_w"))
-    m = m[(m["stream_r"] != m["stream_w"]) & (m["launch_ts_w"] <= m["launch_ts_r"]) & (m["ts_r"] < m["end_w"])
-          & (m["end_r"] > m["ts_w"])]
-    return pd.DataFrame({"rank": m["rank"], "device": m["device"], "addr": m["addr"], "r_corr": m["corr_r"], "r_name": m["name_op_r"],
-                         "r_stream": m["stream_r"], "r_ts": m["ts_r"], "w_corr": m["corr_w"], "w_name": m["name_op_w"],
-                         "w_stream": m["stream_w"], "w_end": m["end_w"]}).sort_values("r_ts").reset_index(drop=True)
-

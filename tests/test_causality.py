@@ -215,3 +215,56 @@ def test_a_host_waiting_with_nothing_to_do_is_host_idle_not_host_work():
     codes = {f.code: f for f in analyzers.run(trace).findings}
     assert codes["BUBBLE_HOST_IDLE"].lost_ns == 900_000
     assert codes["BUBBLE_HOST_IDLE"].lookup.remedy.startswith("Batch requests")
+
+
+# ---------------------------------------------------------------- races from happens-before
+def access(kind, addr, corr, ts):
+    return {"ph": "i", "name": kind, "kind": kind, "ts": ts, "addr": addr, "corr": corr, "device": 0}
+
+
+def race_pairs(rows):
+    from analyzers.causality.happens_before import races
+
+    r = races(Frames(table(rows)))
+    return [(int(x.w_corr), int(x.r_corr), int(x.w_stream), int(x.r_stream)) for x in r.itertuples()]
+
+
+BUF = 0xA000
+
+
+def test_a_read_on_another_stream_with_nothing_ordering_it_after_the_write_is_a_race_even_if_it_ran_later():
+    rows = [launch(0, 5, 1), task("W", "kernel", 1, 10, 90, 1), access("mem_write", BUF, 1, 10),
+            launch(5, 5, 2), task("R", "kernel", 2, 200, 100, 2), access("mem_read", BUF, 2, 200)]
+    assert race_pairs(rows) == [(1, 2, 1, 2)]
+    (f,) = [f for f in analyzers.run(table(rows), ["sync"]).findings if f.code == "MISSING_SYNC"]
+    assert "ordered only by luck" in f.message and f.value == 0.0
+
+
+def test_a_host_synchronize_between_write_and_read_orders_them():
+    rows = [launch(0, 5, 1), task("W", "kernel", 1, 10, 90, 1), access("mem_write", BUF, 1, 10),
+            {"ph": "X", "name": "aclrtSynchronizeStream", "kind": "sync", "ts": 10, "dur": 140},
+            launch(160, 5, 2), task("R", "kernel", 2, 200, 100, 2), access("mem_read", BUF, 2, 200)]
+    assert race_pairs(rows) == []
+
+
+def test_an_event_wait_orders_the_read_after_the_write_and_a_read_launched_first_is_no_race():
+    waited = [launch(0, 5, 1), task("W", "kernel", 1, 10, 90, 1), access("mem_write", BUF, 1, 10),
+              launch(5, 5, 2), task("EVENT_WAIT", "wait", 2, 20, 80, 2),
+              launch(10, 5, 3), task("R", "kernel", 2, 100, 100, 3), access("mem_read", BUF, 3, 100)]
+    assert race_pairs(waited) == []
+    read_first = [launch(0, 5, 2), task("R", "kernel", 2, 10, 90, 2), access("mem_read", BUF, 2, 10),
+                  launch(5, 5, 1), task("W", "kernel", 1, 20, 90, 1), access("mem_write", BUF, 1, 20)]
+    assert race_pairs(read_first) == []
+
+
+def test_races_are_linear_one_check_per_read_and_writing_stream():
+    # 3,000 writes on stream 1 and 3,000 reads of the same buffer on stream 2, interleaved and never
+    # ordered: each read races with the last write launched before it, and only with it (a
+    # pairwise join would hold 4.5M pairs).
+    rows, n = [], 3_000
+    for i in range(n):
+        w, r = 2 * i + 1, 2 * i + 2
+        rows += [launch(20 * i, 5, w), task("W", "kernel", 1, 100 + 200 * i, 100, w), access("mem_write", BUF, w, 0),
+                 launch(20 * i + 10, 5, r), task("R", "kernel", 2, 200 + 200 * i, 100, r), access("mem_read", BUF, r, 0)]
+    got = race_pairs(rows)
+    assert len(got) == n and got[:2] == [(1, 2, 1, 2), (3, 4, 1, 2)]

@@ -274,12 +274,16 @@ def _stream_prev(end: np.ndarray, same: np.ndarray) -> np.ndarray:
     return prev
 
 
-def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread) -> np.ndarray:
-    """Tasks whose launching thread issued a stream-wait call between the launch of the task
-    before them on their stream and their own launch (see Tasks.waited)."""
+def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread,
+            calls: pd.DataFrame | None = None) -> np.ndarray:
+    """Tasks whose launching thread issued a stream-wait call (or one of `calls`, with rank, pid,
+    tid and ts) between the launch of the task before them on their stream and their own launch
+    (see Tasks.waited)."""
     out = np.zeros(len(prev), dtype=bool)
-    calls = frames.host_calls
-    w = calls[(calls["rank"] == rank) & (calls["kind"].astype(str) == "wait")]
+    if calls is None:
+        calls = frames.host_calls
+        calls = calls[calls["kind"].astype(str) == "wait"]
+    w = calls[calls["rank"] == rank]
     if w.empty:
         return out
     prev_launch = np.where(prev >= 0, launch_ts[np.maximum(prev, 0)], -np.inf)
