@@ -165,3 +165,17 @@ def test_cli_prints_the_path_as_json_and_rejects_a_missing_rank_or_step():
     bad = run_cli("critical-path", trace, "--step", "7")
     assert bad.returncode == 2
     assert bad.stderr == "msprof-py: error: rank 0 has no step 7 (the trace records no steps; leave out --step)\n"
+
+
+def test_a_delay_past_the_launch_and_dispatch_is_unexplained_not_launch_overhead():
+    # K1 is launched at 0 (a 10 us call) and starts 1 ms later with nothing recorded in between:
+    # the launch accounts for its call and one dispatch latency (50 us), the rest is unexplained.
+    us = 1_000
+    rows = [launch(0, 10 * us, 1), task("K1", "kernel", 1, 1_000 * us, 100 * us, 1),
+            launch(20 * us, 10 * us, 2), task("K2", "kernel", 1, 1_300 * us, 100 * us, 2)]
+    cp = path(rows)
+    assert chain(cp) == [(0, 60 * us, "launch", "K1"), (60 * us, 1_000 * us, "unexplained", "K1"),
+                         (1_000 * us, 1_100 * us, "compute", "K1"), (1_100 * us, 1_150 * us, "dispatch", "K2"),
+                         (1_150 * us, 1_300 * us, "unexplained", "K2"), (1_300 * us, 1_400 * us, "compute", "K2")]
+    check_path(cp)
+    assert cp.length_ns == 1_400 * us  # the length is HTA's: only the blame is split

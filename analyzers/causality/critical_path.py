@@ -23,8 +23,10 @@ two agree on the same trace (tests/test_critical_path.py keeps HTA's figures):
 - Sync: a blocking host call ends, with no weight, after each stream's last task that was still
   running while the call waited.
 
-Each edge of the path is charged to one cause (`CP_CAUSES`); the region's time that no edge of the
-path covers is `untraced`, so the causes sum to the region's length exactly.
+Each edge of the path is charged to one cause (`CP_CAUSES`): a launch delay is `launch` up to its
+call's own time plus DISPATCH_NS, a queue gap `dispatch` up to DISPATCH_NS, and the rest of either
+`unexplained` (as in the attribution); the region's time that no edge of the path covers is
+`untraced`, so the causes sum to the region's length exactly.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.causality.graph import _class_of, _producers, _waited, host_state, stream_tasks
 from analyzers.frames import Frames
 
@@ -53,6 +56,7 @@ CP_CAUSE_LABELS = {
     "data": "data loading / host work",
     "host_idle": "host idle",
     "host": "host: framework / other calls",
+    "unexplained": "unexplained: a delay past the launch or queue with nothing recorded",
     "untraced": "untraced (no recorded activity on the path)",
 }
 CP_CAUSES = tuple(CP_CAUSE_LABELS)
@@ -386,11 +390,33 @@ class _Graph:
         names = np.concatenate([self.calls["name"].astype(str).to_numpy(), self.tasks["name"].astype(str).to_numpy()])
         where = np.concatenate([("thread " + self.calls["tid"].astype(str)).to_numpy(),
                                 ("stream " + self.tasks["stream"].astype(str)).to_numpy()])
+        etype = np.asarray(self.etype, dtype=np.int64)[path]
+        ts, end, weight = self.node_ts[src], self.node_ts[dst], w[path]
+        cause = np.asarray(self.cause, dtype=object)[path]
+        # A delay is the launch's (its call's own time and the dispatch after it) or the queue's
+        # (the dispatch after the task before) only up to DISPATCH_NS past that: beyond it the
+        # task waited for something the trace does not record, as the attribution says.
+        allowed = np.full(len(path), np.iinfo(np.int64).max, dtype=np.int64)
+        launch = etype == _LAUNCH
+        if launch.any():
+            call = src[launch]
+            allowed[launch] = (self.node_ts[self.H + call] - self.node_ts[call]) + DISPATCH_NS
+        allowed[etype == _KK] = DISPATCH_NS
+        split = weight > allowed
+        reps = np.where(split, 2, 1)
+        rows = np.repeat(np.arange(len(path)), reps)
+        second = np.zeros(len(rows), dtype=bool)
+        second[np.cumsum(reps)[split] - 1] = True
+        first_of_split = np.repeat(split, reps) & ~second
+        cut = ts[rows] + np.minimum(allowed[rows], weight[rows])
+        out_ts = np.where(second, cut, ts[rows])
+        out_end = np.where(first_of_split, cut, end[rows])
+        out_w = np.where(first_of_split, allowed[rows], np.where(second, weight[rows] - allowed[rows], weight[rows]))
+        out_cause = np.where(second, "unexplained", cause[rows])
         return pd.DataFrame({
-            "rank": self.rank, "ts": self.node_ts[src], "end": self.node_ts[dst], "weight_ns": w[path],
-            "cause": np.asarray(self.cause, dtype=object)[path],
-            "edge": np.asarray(EDGE_TYPES, dtype=object)[np.asarray(self.etype, dtype=np.int64)[path]],
-            "name": names[what], "where": where[what],
+            "rank": self.rank, "ts": out_ts, "end": out_end, "weight_ns": out_w, "cause": out_cause,
+            "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
+            "name": names[what[rows]], "where": where[what[rows]],
         })
 
 
