@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames
+from analyzers.severity import WARNING_SHARE, severity
 from analyzers.streams import STREAM_KEY, queue_series, queue_summary
 from msprof_py.trace.units import ms, pct
 
@@ -24,12 +25,9 @@ class QueueConfig:
     #: A queue within this share of its limit counts as full: a trace does not show every entry the
     #: runtime counts (event records and waits hold slots too), and on CUDA the limit is an estimate.
     full_slack: float = 0.01
-    #: Warning when a stream's queue reaches this share of the limit (it is one burst from full).
+    #: A stream whose queue reaches this share of the limit is reported (it is one burst from
+    #: full); its severity is the one rule's (analyzers.severity) on the time the host blocked.
     near_limit: float = 0.95
-    #: Warning when the host blocked on a full queue for at least this share of the rank's span...
-    warn_share: float = 0.01
-    #: ...critical when it blocked for at least this share.
-    critical_share: float = 0.10
     #: A congestion episode ends when the queue falls to this share of the limit or below (the host
     #: stopped feeding it for a while: launches went through without blocking again).
     episode_release: float = 0.9
@@ -58,8 +56,8 @@ def analyze(frames: Frames, cfg: QueueConfig):
     where a launch between them found the queue at `episode_release * limit` or below; each
     episode has its window (first blocked launch to the end of the last) and cost, listed as
     occurrences when there are several. Severity: no finding while the queue stays under
-    `near_limit * limit` and the host blocked less than `warn_share` of the rank's span; warning
-    at or above either; critical when the host blocked `critical_share` of the span or more.
+    `near_limit * limit` and the host blocked less than 3% of the rank's span (WARNING_SHARE);
+    reported otherwise, with the one severity rule (analyzers.severity) on the blocked share.
     Queueing delay (start minus launch) percentiles per stream go to the metrics.
     """
     series = queue_series(frames)
@@ -88,12 +86,9 @@ def analyze(frames: Frames, cfg: QueueConfig):
                             **{f"delay_{p}_ns": d.get(p) for p in ("p50", "p90", "p99")}})
         span = spans.get(key[0], 0)
         share = blocked_ns / span if span > 0 else 0.0
-        if share >= cfg.critical_share:
-            sev = Severity.CRITICAL
-        elif peak >= cfg.near_limit * limit or share >= cfg.warn_share:
-            sev = Severity.WARNING
-        else:
+        if peak < cfg.near_limit * limit and share < WARNING_SHARE:
             continue
+        sev = severity(share, "QUEUE_CONGESTION")
         episodes = _episodes(mine, cfg.episode_release * limit)
         deep = mine[mine["occupancy"] + 1 >= cfg.near_limit * limit]
         if episodes:

@@ -9,8 +9,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames, union_ns
+from analyzers.severity import WARNING_SHARE, severity
 from msprof_py.trace.units import ms, pct
 
 
@@ -22,8 +23,6 @@ class RankConfig:
     #: The straggler must explain at least this share of all the waiting in matched collectives.
     min_share_of_waiting: float = 0.5
     min_lost_ns: int = 50_000
-    warning: float = 0.05  # lost time >= 5% of the job's span: warning
-    critical: float = 0.2  # >= 20%: critical
     spread: float = 0.05  # msprof-analyze advisor: (max - min) / mean > 5% (supporting metric)
     evidence: int = 5
 
@@ -116,8 +115,7 @@ def reduce(summaries: list[dict], cfg: RankConfig):
         return [], metrics
     mine = waited[waited["late_rank"] == straggler].sort_values("first_arrival_ns")
     share = lost / span
-    severity = (Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning
-                else Severity.INFO)
+    sev = severity(share, "SLOW_RANK")
     waiting = sorted({r for ws in mine["waits"] for r, w in ws.items() if w > 0})
     ts = int(mine["first_arrival_ns"].min())
     end = int(mine["end_ns"].max())
@@ -131,12 +129,12 @@ def reduce(summaries: list[dict], cfg: RankConfig):
     metrics["held_up"] = held
     by_rank = {r["rank"]: r for r in rows}
     finding = Finding(
-        code="SLOW_RANK", severity=severity, title="Slow rank: the others wait for it in collectives",
+        code="SLOW_RANK", severity=sev, title="Slow rank: the others wait for it in collectives",
         message=(f"rank {straggler} arrived last at {len(mine)} of {len(per)} matched collectives; "
                  f"{len(waiting)} other rank(s) waited {ms(mine['mean_wait_ns'].mean())} on average "
                  f"each time, {ms(lost)} in all ({pct(share)} of the job's span)"),
         rank=straggler, device=by_rank[straggler].get("device"), ts_ns=ts, dur_ns=end - ts,
-        metric="collective_wait_caused_ns", value=float(lost), threshold=float(cfg.warning * span),
+        metric="collective_wait_caused_ns", value=float(lost), threshold=float(WARNING_SHARE * span),
         lost_ns=lost, ranks=waiting,
         evidence=sorted(held, key=lambda h: -h["lost_ns"])[: cfg.evidence])
     return [finding], metrics

@@ -18,6 +18,7 @@ import pytest
 from analyzers import Frames, Severity, run
 from analyzers.finding import PLATFORMS, lookup, lookup_table
 from analyzers.queue import QueueConfig
+from analyzers.severity import severity
 from msprof_py.trace import import_bytes, import_trace
 from runtime_emu import Kernel, acl, scenarios
 
@@ -75,17 +76,18 @@ def test_launches_at_a_full_queue_block_for_their_excess_over_a_normal_launch(sm
     assert [stream[k] for k in keys] == [4, 4, 4, 4]
 
 
-def test_a_slow_launch_below_the_limit_is_not_blocked_and_severity_follows_thresholds(small):
+def test_a_slow_launch_below_the_limit_is_not_blocked_and_severity_follows_the_one_rule(small):
     # Limit 5: the queue reaches 4 + the launch = 5, at the near-limit threshold (4.75) but never
-    # full, so the slow launches are not queue blocking: a warning that costs nothing.
+    # full, so the slow launches are not queue blocking: reported, and information, as it costs
+    # nothing (analyzers.severity: severity follows cost).
     (f,) = queue_findings(run(small, ["queue"], {"queue": QueueConfig(queue_limit=5)}))
-    assert f.severity == Severity.WARNING and f.lost_ns == 0 and f.value == 5.0 and not f.occurrences
+    assert f.severity == Severity.INFO and f.lost_ns == 0 and f.value == 5.0 and not f.occurrences
     # Limit 6: below the threshold (5.7): no finding at all.
     result = run(small, ["queue"], {"queue": QueueConfig(queue_limit=6)})
     assert not queue_findings(result) and result.metrics["queue"]["blocked_ns"] == 0
-    # Full, but the host blocked under the critical share: a warning.
-    (f,) = queue_findings(run(small, ["queue"], {"queue": QueueConfig(queue_limit=4, critical_share=0.5)}))
-    assert f.severity == Severity.WARNING and f.lost_ns == 28_000
+    # Full, the host blocked 28 us of a 163 us span (17%): critical, as any finding costing 10%.
+    (f,) = queue_findings(run(small, ["queue"], {"queue": QueueConfig(queue_limit=4)}))
+    assert f.severity == severity(28_000 / 163_000, "QUEUE_CONGESTION") == Severity.CRITICAL
 
 
 def test_lookup_text_follows_the_trace_platform(small):

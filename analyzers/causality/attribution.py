@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.causality.graph import HOST_CLASSES, HostState, Tasks, host_state, rank_tasks, stream_tasks
+from analyzers.causality.graph import HOST_CLASSES, HostState, Tasks, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
 #: Every cause an idle nanosecond can have, with its label (the finding's wording).
@@ -103,8 +103,7 @@ def attribution(frames: Frames, slack_ns: int = 5_000, dispatch_ns: int = DISPAT
         mine = tasks_all[tasks_all["rank"] == rank]
         if not (mine["kind"] == "kernel").any():
             continue
-        host = host_state(frames, int(rank), mine)
-        tasks = rank_tasks(frames, int(rank), host, slack_ns)
+        host, tasks = rank_graph(frames, int(rank), slack_ns)
         parts.append(_rank_attribution(int(rank), tasks, host, windows, dispatch_ns))
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ATTRIBUTION_COLUMNS)
     frames._cache[key] = out

@@ -192,6 +192,17 @@ def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     return HostState(threads, upto, sync_on, sync_calls)
 
 
+def rank_graph(frames: Frames, rank: int, slack_ns: int) -> tuple[HostState, Tasks]:
+    """`rank`'s host state and tasks with their edges, built once per frames (the attribution
+    and the happens-before clocks both read them; neither changes them)."""
+    key = ("causality.rank_graph", rank, slack_ns)
+    if key not in frames._cache:
+        tasks = stream_tasks(frames)
+        host = host_state(frames, rank, tasks[tasks["rank"] == rank])
+        frames._cache[key] = (host, rank_tasks(frames, rank, host, slack_ns))
+    return frames._cache[key]
+
+
 def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tasks:
     """`rank`'s tasks with their edges (see Tasks)."""
     df = stream_tasks(frames)

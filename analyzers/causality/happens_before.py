@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.causality.graph import Tasks, _waited, host_state, rank_tasks, stream_tasks
+from analyzers.causality.graph import Tasks, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
 RACE_COLUMNS = ["rank", "device", "addr", "r_corr", "r_name", "r_stream", "r_ts", "w_corr", "w_name", "w_stream",
@@ -41,10 +41,9 @@ def races(frames: Frames, slack_ns: int = 5_000) -> pd.DataFrame:
         mine = tasks_all[tasks_all["rank"] == rank]
         if mine.empty:
             continue
-        host = host_state(frames, int(rank), mine)
-        T = rank_tasks(frames, int(rank), host, slack_ns)
-        T.waited = T.waited | _after_silent_waits(frames, int(rank), T, host, mine)
-        clocks = _clocks(T, host)
+        host, T = rank_graph(frames, int(rank), slack_ns)
+        waited = T.waited | _after_silent_waits(frames, int(rank), T, host, mine)
+        clocks = _clocks(T, host, waited)
         parts.append(_check(int(rank), T, clocks, acc[acc["rank"] == rank]))
     parts = [p for p in parts if len(p)]
     if not parts:
@@ -74,7 +73,7 @@ class _Clocks:
         self.vc: dict[int, np.ndarray] = {}  # task -> clock over its device's streams
 
 
-def _clocks(T: Tasks, host) -> _Clocks:
+def _clocks(T: Tasks, host, waited: np.ndarray) -> _Clocks:
     out = _Clocks()
     n = len(T.ts)
     seq = np.zeros(n, dtype=np.int64)
@@ -95,7 +94,7 @@ def _clocks(T: Tasks, host) -> _Clocks:
             seq[idx] = np.arange(len(idx))
             prev[idx[1:]] = idx[:-1]
             lanes[s] = (idx, np.maximum.accumulate(T.end[idx]))
-        vc = _DeviceClocks(T, lanes, col, prev, seq, sync_end)
+        vc = _DeviceClocks(T, lanes, col, prev, seq, sync_end, waited)
         for j in on.tolist():
             out.vc[j] = vc.of(("task", j))
     return out
@@ -111,8 +110,10 @@ class _DeviceClocks:
     dependency met again while being computed (tasks of zero length at one instant) is left out.
     """
 
-    def __init__(self, T: Tasks, lanes: dict, col: dict, prev: np.ndarray, seq: np.ndarray, sync_end: list) -> None:
+    def __init__(self, T: Tasks, lanes: dict, col: dict, prev: np.ndarray, seq: np.ndarray, sync_end: list,
+                 waited: np.ndarray) -> None:
         self.T, self.lanes, self.col, self.prev, self.seq, self.sync_end = T, lanes, col, prev, seq, sync_end
+        self.waited = waited
         self.S = len(col)
         self.done: dict = {}
 
@@ -143,7 +144,7 @@ class _DeviceClocks:
         s = int(T.stream[j])
         if T.kind[j] == "wait":
             deps += self._ended_by(int(T.end[j]), skip=s)
-        elif T.waited[j]:
+        elif self.waited[j]:
             deps += self._ended_by(int(T.ts[j]), skip=s)
         return deps
 
