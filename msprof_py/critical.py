@@ -23,7 +23,11 @@ from msprof_py.trace.schema import Trace
 
 def summarize(trace: Trace, ranks: list[int] | None = None, step: int | None = None, top: int = 10) -> dict[str, Any]:
     """The critical path of each of `ranks` (default: all) over the run or over `step`, as a dict."""
-    frames = Frames(trace)
+    return paths(Frames(trace), ranks, step, top)
+
+
+def paths(frames: Frames, ranks: list[int] | None = None, step: int | None = None, top: int = 10) -> dict[str, Any]:
+    """`summarize` over frames already built (the report's)."""
     present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
     if ranks:
         missing = sorted(set(ranks) - set(present))

@@ -18,6 +18,7 @@ from analyzers import AnalysisResult, Frames, Severity, run
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
 from analyzers.streams import copy_bandwidth
+from msprof_py import critical
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
 from msprof_py.choices import ReportFormat
 from msprof_py.compare import cost_text
@@ -31,6 +32,8 @@ FORMATS = tuple(f.value for f in ReportFormat)
 EXTENSIONS = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 #: Findings that get an evidence timeline in the HTML report, and at most how many events each.
 TIMELINES = 10
+#: Ops listed per rank in the report's critical path section.
+CRITICAL_PATH_OPS = 5
 TIMELINE_EVENTS = 300
 
 
@@ -79,6 +82,7 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
         "findings": findings,
         "skipped": result.skipped,
         "breakdown": rows,
+        "critical_path": critical.paths(frames, top=CRITICAL_PATH_OPS),
         "timelines": [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown],
         "metrics": result.metrics,
     }
@@ -190,6 +194,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         if len(steps) > _TABLE_ROWS:
             lines.append(f"\n({len(steps) - _TABLE_ROWS} more steps in the JSON report)")
         lines.append("")
+    lines += _critical_path_md(report.get("critical_path"))
     head, rows = _device_table(report.get("devices") or [])
     if rows:
         lines += ["## Devices", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -205,6 +210,42 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {_gbps(r['gbps_mean'])} | "
                          f"{_gbps(r['gbps_max'])} |")
     return "\n".join(lines) + "\n"
+
+
+CRITICAL_PATH_NOTE = ("The longest chain of recorded activity through what each task waited for (host calls, "
+                      "launches, device tasks, event and sync waits), as Holistic Trace Analysis' critical path: its "
+                      "time per cause, the region's time off the chain being untraced, and the ops on it.")
+
+
+def critical_path_rows(cp: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per rank: title, the causes with time (label, ms, share) and the top ops (name, where, cause, ms, count)."""
+    from analyzers.causality.critical_path import CP_CAUSE_LABELS
+
+    out = []
+    for r in (cp or {}).get("ranks", []):
+        region = max(r["region_ns"], 1)
+        out.append({
+            "title": f"rank {r['rank']}: path {_ms(r['length_ns'])} ms of {_ms(r['region_ns'])} ms",
+            "causes": [(CP_CAUSE_LABELS[c], _ms(ns), f"{100 * ns / region:.1f}%")
+                       for c, ns in r["blame_ns"].items() if ns],
+            "ops": [(o["name"], o["where"], o["cause"], _ms(o["ns"]), str(o["count"])) for o in r["top_ops"]],
+        })
+    return out
+
+
+def _critical_path_md(cp: dict[str, Any] | None) -> list[str]:
+    rows = critical_path_rows(cp)
+    if not rows:
+        return []
+    lines = ["## Critical path", "", CRITICAL_PATH_NOTE, ""]
+    for r in rows:
+        lines += [f"### {r['title']}", "", "| cause | ms | share |", "|---|---|---|"]
+        lines += [f"| {_md(a)} | {b} | {c} |" for a, b, c in r["causes"]]
+        lines += ["", "| op | where | cause | ms | count |", "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(_md(x) for x in o) + " |" for o in r["ops"]] + [""]
+    if len(rows) > 1:
+        lines += [f"Longest path: rank {cp['longest_rank']}.", ""]
+    return lines
 
 
 def to_html(report: dict[str, Any]) -> str:
@@ -224,7 +265,8 @@ def to_html(report: dict[str, Any]) -> str:
         plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
         breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
-        copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps)
+        copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps,
+        critical_rows=critical_path_rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE)
 
 
 def _script_text(js: str) -> str:
@@ -546,6 +588,12 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 <p class="caption">Evidence: the {{ {"finding": "finding's window", "evidence": "most telling event", "occurrence": "costliest occurrence"}[w.source] }}, {{ "%.3f"|format(w.highlight_start_ns / 1e6) }} to {{ "%.3f"|format(w.highlight_end_ns / 1e6) }} ms (shaded), with device ops per stream and host calls per thread around it{% if w.dropped %}; the {{ w.events|length }} longest events shown, {{ w.dropped }} shorter ones left out{% endif %}.</p>
 {{ chart(charts.timelines[loop.index0]) }}{% endif %}
 </div>{% endfor %}
+{% if critical_rows %}<h2>Critical path</h2><p class="caption">{{ critical_note }}</p>
+{% for r in critical_rows %}<h3>{{ r.title }}</h3><table><tr><th>cause</th><th>ms</th><th>share</th></tr>
+{% for c in r.causes %}<tr><td>{{ c[0] }}</td><td>{{ c[1] }}</td><td>{{ c[2] }}</td></tr>{% endfor %}</table>
+<table><tr><th>op</th><th>where</th><th>cause</th><th>ms</th><th>count</th></tr>
+{% for o in r.ops %}<tr>{% for x in o %}<td>{{ x }}</td>{% endfor %}</tr>{% endfor %}</table>{% endfor %}
+{% if critical_rows|length > 1 %}<p>Longest path: rank {{ report.critical_path.longest_rank }}.</p>{% endif %}{% endif %}
 {% if report.skipped %}<h2>Analyzers skipped</h2><ul>{% for k, v in report.skipped.items() %}<li>{{ k }}: {{ v }}</li>{% endfor %}</ul>{% endif %}
 {% if device_rows %}<h2>Devices</h2><table><tr>{% for h in device_head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in device_rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}

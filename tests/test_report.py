@@ -319,3 +319,21 @@ def test_compare_keeps_time_and_memory_apart():
     assert rows[("Y", "")]["status"] == "worse"  # no cost: more findings is worse
     assert [r["unit"] for r in table["findings"]] == ["ns", "bytes", ""]
     assert all(r["metric"] != "bubble ratio" for r in table["metrics"])  # NaN on both sides: no row
+
+
+def test_the_report_carries_the_critical_path_per_rank_in_every_format(emulated, tmp_path):
+    from analyzers.causality.critical_path import critical_path
+
+    trace, rep = emulated
+    cp = rep["critical_path"]
+    frames = Frames(trace)
+    ranks = sorted({int(r) for r in frames.table.column("rank").to_pylist()})
+    assert [r["rank"] for r in cp["ranks"]] == ranks
+    for r in cp["ranks"]:
+        assert sum(r["blame_ns"].values()) == r["region_ns"]
+        assert r["length_ns"] == critical_path(frames, r["rank"]).length_ns
+        assert len(r["top_ops"]) <= report.CRITICAL_PATH_OPS
+    md = report.to_markdown(rep)
+    assert "## Critical path" in md and f"### rank {ranks[0]}: path " in md
+    html = report.to_html(rep)
+    assert "<h2>Critical path</h2>" in html and cp["ranks"][0]["top_ops"][0]["name"] in html
