@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analyzers.causality.attribution import DISPATCH_NS
-from analyzers.causality.graph import _class_of, _producers, _waited, host_state, stream_tasks
+from analyzers.causality.graph import _class_of, _producers, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
 #: Host call kinds that are nodes of the path.
@@ -215,6 +215,25 @@ class _Graph:
         self.cause.append(cause)
         self.what.append(what)
 
+    def _edges(self, u: np.ndarray, v: np.ndarray, etype: int, what: np.ndarray, cause, zero=False) -> None:
+        """`_edge` over arrays (cause: one string or one per edge; zero: one flag or one per edge)."""
+        u, v, what = np.asarray(u, np.int64), np.asarray(v, np.int64), np.asarray(what, np.int64)
+        n = len(u)
+        if not n:
+            return
+        zero = np.broadcast_to(np.asarray(zero, dtype=bool), (n,))
+        cause = np.broadcast_to(np.asarray(cause, dtype=object), (n,))
+        ok = self.node_ts[v] >= self.node_ts[u]
+        self.dropped += int((~ok).sum())
+        u, v, what, zero, cause = u[ok], v[ok], what[ok], zero[ok], cause[ok]
+        w = np.where(zero | (etype in (_DEP, _SYNC)), 0, self.node_ts[v] - self.node_ts[u])
+        self.src.extend(u.tolist())
+        self.dst.extend(v.tolist())
+        self.w.extend(w.tolist())
+        self.etype.extend([etype] * len(u))
+        self.cause.extend(cause.tolist())
+        self.what.extend(what.tolist())
+
     # -- edges ---------------------------------------------------------------------------------------------------
 
     def _host_edges(self) -> None:
@@ -272,27 +291,34 @@ class _Graph:
         prev = np.where(same, np.arange(len(t)) - 1, -1)
         q_launch, q_start = _queue_lengths(ts, l_ts, launch >= 0, device, stream)
         release = self._event_sources(frames, t, prev, l_ts, launch)
-        for j in range(len(t)):
-            cause = _TASK_CAUSE[kind[j]]
-            self._edge(self._ts_(j), self._te(j), _OP, self.H + j, cause, zero=kind[j] == "wait")
-            p, q = int(prev[j]), int(release[j])
-            if kind[j] == "wait":
-                if q >= 0:  # the producer's end released the wait's end
-                    self._edge(self._te(q), self._te(j), _SYNC, self.H + j, "dispatch")
-                q = -1
-            elif q >= 0:
-                self._edge(self._te(q), self._ts_(j), _SYNC, self.H + j, "dispatch")
-            if (launch[j] >= 0 and q_launch[j] == 1 and q_start[j] == 0 and (p < 0 or end[p] < l_ts[j])
-                    and (q < 0 or end[q] < l_ts[j])):
-                self._edge(self._hs(int(launch[j])), self._ts_(j), _LAUNCH, self.H + j, "launch")
-            elif p >= 0 and (q < 0 or end[q] < end[p]):
-                # A gap after the task before is the queue's only when the task was launched
-                # (a task no call launched may have been written to the stream at any time).
-                self._edge(self._te(p), self._ts_(j), _KK, self.H + j, "dispatch", zero=launch[j] < 0)
-            elif p < 0 and q < 0 and launch[j] >= 0:
-                # A stream's first task, with more launched behind it before it started: its
-                # launch is still its only release (HTA leaves such a task unconnected).
-                self._edge(self._hs(int(launch[j])), self._ts_(j), _LAUNCH, self.H + j, "launch")
+        j = np.arange(len(t))
+        H, D = self.H, self.D
+        is_wait = kind == "wait"
+        self._edges(2 * H + j, 2 * H + D + j, _OP, H + j, np.array([_TASK_CAUSE[k] for k in kind], dtype=object),
+                    zero=is_wait)
+        q = release
+        # A wait's end is released by its producer's end; another task's start by the task
+        # whose end fired the event it waited for.
+        m = is_wait & (q >= 0)
+        self._edges(2 * H + D + q[m], 2 * H + D + j[m], _SYNC, H + j[m], "dispatch")
+        m = ~is_wait & (q >= 0)
+        self._edges(2 * H + D + q[m], 2 * H + j[m], _SYNC, H + j[m], "dispatch")
+        q = np.where(is_wait, -1, q)
+        p = prev
+        p_end = np.where(p >= 0, end[np.maximum(p, 0)], np.iinfo(np.int64).min)
+        q_end = np.where(q >= 0, end[np.maximum(q, 0)], np.iinfo(np.int64).min)
+        launched = launch >= 0
+        by_launch = launched & (q_launch == 1) & (q_start == 0) & (p_end < l_ts) & (q_end < l_ts)
+        # A gap after the task before is the queue's only when the task was launched (a task no
+        # call launched may have been written to the stream at any time).
+        by_prev = ~by_launch & (p >= 0) & ((q < 0) | (q_end < p_end))
+        # A stream's first task, with more launched behind it before it started: its launch is
+        # still its only release (HTA leaves such a task unconnected).
+        first = ~by_launch & ~by_prev & (p < 0) & (q < 0) & launched
+        m = by_launch | first
+        self._edges(launch[m], 2 * H + j[m], _LAUNCH, H + j[m], "launch")
+        self._edges(2 * H + D + p[by_prev], 2 * H + j[by_prev], _KK, H + j[by_prev], "dispatch",
+                    zero=~launched[by_prev])
         self._sync_edges(ts, end, device, stream)
 
     def _event_sources(self, frames: Frames, t: pd.DataFrame, prev, l_ts, launch) -> np.ndarray:
@@ -303,7 +329,7 @@ class _Graph:
         device = t["device"].to_numpy(np.int64)
         stream = t["stream"].to_numpy(np.int64)
         out = _producers(ts, end, kind, device, stream, 5_000)
-        host = host_state(frames, self.rank, t)
+        host = rank_graph(frames, self.rank, 5_000)[0]  # its threads: the same for any region
         thread = np.full(len(t), -1, dtype=np.int64)
         if len(self.calls):
             c = self.calls
@@ -333,8 +359,7 @@ class _Graph:
             j = order[np.maximum(k, 0)]
             # Still running while the call waited, and done by the time it returned.
             ok &= (end[j] >= c_ts[blocking]) & (end[j] <= c_end[blocking])
-            for i, jj in zip(blocking[ok].tolist(), j[ok].tolist()):
-                self._edge(self._te(jj), self._he(i), _SYNC, i, "sync")
+            self._edges(2 * self.H + self.D + j[ok], self.H + blocking[ok], _SYNC, blocking[ok], "sync")
 
     # -- the longest path ----------------------------------------------------------------------------------------
 
