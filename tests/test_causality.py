@@ -192,6 +192,18 @@ def test_a_blocking_copy_on_the_host_is_named_as_such():
     assert causes(rows) == [(100, 410, "blocking_copy", 300), (100, 410, "launch", 10)]
 
 
+def test_an_async_copy_call_that_returned_after_its_copy_is_a_blocking_copy():
+    # cudaMemcpyAsync from pageable memory (hipMemcpyWithStream likewise) returns only when the
+    # copy is done: a launch call by its kind, a blocking copy by what the trace shows.
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 90, 1),
+            launch(100, 300, 2, name="cudaMemcpyAsync"), task("copy", "memcpy", 1, 120, 270, 2),
+            launch(400, 10, 3), task("K2", "kernel", 1, 410, 50, 3)]
+    assert causes(rows) == [(100, 410, "blocking_copy", 300), (100, 410, "launch", 10)]
+    # One that returned while its copy still ran is an ordinary launch.
+    rows[2] = launch(100, 10, 2, name="cudaMemcpyAsync")
+    assert ("blocking_copy" not in {c for *_, c, _ in causes(rows)})
+
+
 def test_a_host_waiting_with_nothing_to_do_is_host_idle_not_host_work():
     """An inference loop that waits for each request (the emulator's `host_idle` kind): the
     device idle while it waits is BUBBLE_HOST_IDLE, the preprocessing after it BUBBLE_DATA."""

@@ -169,9 +169,7 @@ class _Graph:
         sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
         sub = sub[(sub["ph"] == "X") & (sub["dur"].fillna(0) > 0)].copy()
         sub["end"] = sub["ts"] + sub["dur"].astype(np.int64)
-        kinds = tasks["kind"].to_numpy()
-        copy_corrs = tasks["corr"].to_numpy(dtype=np.float64)[np.isin(kinds, ("memcpy", "memset"))]
-        sub["klass"] = _class_of(sub, copy_corrs[~np.isnan(copy_corrs)])
+        sub["klass"] = _class_of(sub, tasks)
         return sub.sort_values(["pid", "tid", "ts", "end"], ascending=[True, True, True, False],
                                kind="stable").reset_index(drop=True)
 

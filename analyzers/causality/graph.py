@@ -132,7 +132,16 @@ class HostState:
             return -1
 
 
-def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
+def _class_of(calls: pd.DataFrame, tasks: pd.DataFrame) -> np.ndarray:
+    """Each call's host class (HOST_CLASSES) from its kind and, for the calls behind a copy
+    (same corr as a memcpy / memset task of `tasks`), whether it waited for that copy."""
+    kinds = tasks["kind"].to_numpy()
+    copies = tasks[np.isin(kinds, ("memcpy", "memset")) & tasks["corr"].notna().to_numpy()]
+    copy_end = copies.groupby("corr")["end"].max()
+    return _classes(calls, copy_end)
+
+
+def _classes(calls: pd.DataFrame, copy_end: pd.Series) -> np.ndarray:
     kind = calls["kind"].astype(str).to_numpy()
     out = np.full(len(calls), "framework", dtype=object)
     # A host stream-wait call (kind wait: cudaStreamWaitEvent, aclrtStreamWaitEvent) only
@@ -143,9 +152,15 @@ def _class_of(calls: pd.DataFrame, copy_corrs: np.ndarray) -> np.ndarray:
     out[kind == "host_idle"] = "host_idle"
     sync = kind == "sync"
     out[sync] = "sync"
-    # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch.
+    # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch, or a
+    # launch call that returned only after its copy was done (cudaMemcpyAsync from pageable
+    # memory, hipMemcpyWithStream: the call waited for the copy, whatever its name says).
     corr = calls["corr"].to_numpy(dtype=np.float64)
-    out[sync & np.isin(corr, copy_corrs)] = "blocking_copy"
+    done = copy_end.reindex(corr).to_numpy(dtype=np.float64)
+    has_copy = ~np.isnan(done)
+    out[sync & has_copy] = "blocking_copy"
+    call_end = (calls["ts"] + calls["dur"].fillna(0)).to_numpy(dtype=np.float64)
+    out[(out == "launch") & has_copy & (call_end >= done)] = "blocking_copy"
     return out
 
 
@@ -157,9 +172,7 @@ def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
     sub = sub[sub["ph"] == "X"]
     sub = sub.assign(end=sub["ts"] + sub["dur"].fillna(0).astype(np.int64))
-    kinds = tasks["kind"].to_numpy()
-    copy_corrs = tasks["corr"].to_numpy(dtype=np.float64)[np.isin(kinds, ("memcpy", "memset"))]
-    sub["klass"] = _class_of(sub, copy_corrs[~np.isnan(copy_corrs)])
+    sub["klass"] = _class_of(sub, tasks)
     device_busy: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for device, d in tasks.groupby("device"):
         k = d["kind"].to_numpy()
