@@ -369,6 +369,9 @@ def critical_path_cmd(
     step: Annotated[Optional[int], typer.Option(
         "--step", show_default=False, help="Only this step (ProfilerStep#N / the step number); default: the "
                                            "whole trace.")] = None,
+    per_step: Annotated[bool, typer.Option(
+        "--per-step", help="One row per step: the rank whose path over it is longest, the path's length, its "
+                           "costliest cause and op.")] = False,
     top: Annotated[int, typer.Option("--top", min=0, help="How many ops on the path to list per rank.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
     lenient: LenientOpt = False,
@@ -376,14 +379,17 @@ def critical_path_cmd(
 ) -> None:
     """Critical path per rank: the longest chain of recorded activity (host calls, launches, device tasks,
     event and sync waits), its time per cause and the ops on it; the region's time off the path is untraced."""
-    from msprof_py.critical import render, summarize
+    from msprof_py.critical import per_step as steps_of
+    from msprof_py.critical import render, render_steps, summarize
 
+    if per_step and step is not None:
+        raise MsprofError("--per-step contradicts --step; give one of them")
     trace = _load(trace_path, lenient, progress, analysis_only=True)
-    summary = summarize(trace, rank, step, top)
+    summary = steps_of(trace, rank) if per_step else summarize(trace, rank, step, top)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        _show(render(summary, str(trace_path)))
+        _show((render_steps if per_step else render)(summary, str(trace_path)))
 
 
 WindowOpt = Annotated[Window, typer.Option(

@@ -29,11 +29,7 @@ def summarize(trace: Trace, ranks: list[int] | None = None, step: int | None = N
 def paths(frames: Frames, ranks: list[int] | None = None, step: int | None = None, top: int = 10) -> dict[str, Any]:
     """`summarize` over frames already built (the report's)."""
     present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
-    if ranks:
-        missing = sorted(set(ranks) - set(present))
-        if missing:
-            raise MsprofError(f"no rank {', '.join(map(str, missing))} in the trace",
-                              hint=f"its ranks are {', '.join(map(str, present)) or 'none'}")
+    _check_ranks(ranks, present)
     out = []
     for rank in ranks or present:
         start = end = None
@@ -58,6 +54,55 @@ def paths(frames: Frames, ranks: list[int] | None = None, step: int | None = Non
         })
     longest = max(out, key=lambda r: (r["length_ns"], -r["rank"])) if out else None
     return {"step": step, "ranks": out, "longest_rank": longest["rank"] if longest else None}
+
+
+def per_step(trace: Trace, ranks: list[int] | None = None) -> dict[str, Any]:
+    """Per step (ProfilerStep# / the step slices), each rank's critical path over it: its length, the
+    step's length, its costliest cause and op; and the rank whose path is longest."""
+    frames = Frames(trace)
+    present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
+    _check_ranks(ranks, present)
+    steps = frames.steps.dropna(subset=["step"])
+    if steps.empty:
+        raise MsprofError("the trace records no steps", hint="leave out --per-step for the whole run")
+    out = []
+    for step, g in steps.groupby("step", sort=True):
+        per = []
+        for rank in ranks or present:
+            mine = g[g["rank"] == rank]
+            if mine.empty:
+                continue
+            cp = critical_path(frames, rank, int(mine["ts"].min()), int(mine["end"].max()))
+            blame = cp.blame().drop("untraced")
+            top = cp.top_ops(1)
+            per.append({"rank": rank, "region_ns": cp.region_ns, "length_ns": cp.length_ns,
+                        "top_cause": str(blame.idxmax()) if blame.max() > 0 else None, "top_cause_ns": int(blame.max()),
+                        "top_op": top["name"].iloc[0] if len(top) else None,
+                        "top_op_ns": int(top["ns"].iloc[0]) if len(top) else 0})
+        longest = max(per, key=lambda r: (r["length_ns"], -r["rank"]))
+        out.append({"step": int(step), "ranks": per, "longest_rank": longest["rank"]})
+    return {"steps": out}
+
+
+def _check_ranks(ranks: list[int] | None, present: list[int]) -> None:
+    if ranks:
+        missing = sorted(set(ranks) - set(present))
+        if missing:
+            raise MsprofError(f"no rank {', '.join(map(str, missing))} in the trace",
+                              hint=f"its ranks are {', '.join(map(str, present)) or 'none'}")
+
+
+def render_steps(summary: dict[str, Any], title: str) -> RenderableType:
+    t = Table(title=f"critical path per step of {title}", title_justify="left")
+    for col, just in (("step", "right"), ("rank", "right"), ("path ms", "right"), ("step ms", "right"),
+                      ("costliest cause", "left"), ("ms", "right"), ("costliest op", "left"), ("op ms", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for s in summary["steps"]:
+        r = next(x for x in s["ranks"] if x["rank"] == s["longest_rank"])
+        t.add_row(Text(str(s["step"])), Text(str(r["rank"])), Text(_ms(r["length_ns"])), Text(_ms(r["region_ns"])),
+                  Text(CP_CAUSE_LABELS.get(r["top_cause"], "-") if r["top_cause"] else "-"), Text(_ms(r["top_cause_ns"])),
+                  Text((r["top_op"] or "-")[:60]), Text(_ms(r["top_op_ns"])))
+    return Group(t, Text("rank: the rank whose path over the step is longest"))
 
 
 def _ms(ns: int) -> str:

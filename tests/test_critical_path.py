@@ -179,3 +179,32 @@ def test_a_delay_past_the_launch_and_dispatch_is_unexplained_not_launch_overhead
                          (1_150 * us, 1_300 * us, "unexplained", "K2"), (1_300 * us, 1_400 * us, "compute", "K2")]
     check_path(cp)
     assert cp.length_ns == 1_400 * us  # the length is HTA's: only the blame is split
+
+
+def test_per_step_names_the_slow_rank_the_others_waited_for():
+    """bert-train-dp-slow-rank: rank 3's kernels run 1.4x as long and the other ranks wait for it in
+    Notify_Wait. A wait weighs nothing on the path, so rank 3's path is the longest in every step,
+    by about the others' wait; on the healthy sample the ranks' paths are within 0.5% of each other."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "emulated"
+    slow = run_cli("critical-path", str(sample / "bert-train-dp-slow-rank"), "--per-step", "--json")
+    assert slow.returncode == 0, slow.stderr
+    steps = json.loads(slow.stdout)["steps"]
+    assert [s["step"] for s in steps] == [0, 1, 2] and {s["longest_rank"] for s in steps} == {3}
+    for s in steps:
+        by_rank = {r["rank"]: r["length_ns"] for r in s["ranks"]}
+        others = max(v for k, v in by_rank.items() if k != 3)
+        assert by_rank[3] - others > 0.15 * by_rank[3]
+    healthy = json.loads(run_cli("critical-path", str(sample / "bert-train-dp"), "--per-step", "--json").stdout)
+    for s in healthy["steps"]:
+        lengths = [r["length_ns"] for r in s["ranks"]]
+        assert max(lengths) - min(lengths) < 0.005 * max(lengths)
+
+
+def test_per_step_needs_steps_and_contradicts_step():
+    trace = str(REAL_TRACES / "kineto" / "event_sync_multi_stream.json.gz")
+    bad = run_cli("critical-path", trace, "--per-step")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == "msprof-py: error: the trace records no steps (leave out --per-step for the whole run)\n"
+    bad = run_cli("critical-path", trace, "--per-step", "--step", "1")
+    assert bad.returncode == 2
+    assert bad.stderr == "msprof-py: error: --per-step contradicts --step; give one of them\n"

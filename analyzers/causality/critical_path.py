@@ -12,7 +12,9 @@ two agree on the same trace (tests/test_critical_path.py keeps HTA's figures):
   consecutive top-level calls are joined by a zero-weight edge (time no call covers is not
   evidence of anything). A blocking call (a synchronize, a blocking copy) weighs nothing from
   its last inner point to its end: that wait is the device's, reached through a sync edge.
-- A device task weighs its duration (a wait task: nothing, its producer's edge explains it).
+- A device task weighs its duration; a wait task nothing (its producer's edge explains an event
+  wait; a collective's rendezvous with its peers, as HCCL's Notify_Wait, is time the rank spent
+  waiting for another rank, not work on its path).
 - Launch: a task launched into an empty stream queue, after the task before it on its stream
   ended, hangs off its launch call's start, weighing the launch delay. Otherwise it hangs off
   the end of the task before it on its stream, weighing the gap between them (queue / dispatch).
@@ -292,8 +294,13 @@ class _Graph:
         j = np.arange(len(t))
         H, D = self.H, self.D
         is_wait = kind == "wait"
+        # A wait weighs nothing: an event wait is explained by its producer's edge, a collective's
+        # rendezvous (HCCL's Notify_Wait) by the peer it waited for, which a rank's trace does not
+        # hold; so a rank's path runs through what it did, and the rank that others waited for has
+        # the longest one.
+        waiting = t["waiting"].to_numpy(bool) if "waiting" in t else is_wait
         self._edges(2 * H + j, 2 * H + D + j, _OP, H + j, np.array([_TASK_CAUSE[k] for k in kind], dtype=object),
-                    zero=is_wait)
+                    zero=is_wait | waiting)
         q = release
         # A wait's end is released by its producer's end; another task's start by the task
         # whose end fired the event it waited for.

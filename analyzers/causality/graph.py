@@ -92,6 +92,9 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     marker = df["kind"] == "marker"
     df = df[~marker | ((df["dur"] == 0) & df["corr"].notna())]
     df["end"] = df["ts"] + df["dur"]
+    # Device-side waits stay marked as such when they become a collective's (a rendezvous waits
+    # for peers: time spent, not work done; the critical path gives it no weight).
+    df["waiting"] = (df["kind"] == "wait").to_numpy()
     # A wait launched with a collective (same corr: the collective's notify wait for its
     # peers) is the collective's rendezvous, not an event from another stream.
     coll = df[df["kind"] == "collective"]
