@@ -78,6 +78,11 @@ def test_the_path_is_a_forward_chain_on_every_scenario_and_per_step(name):
 
 
 # ---------------------------------------------------------------- hand-built tables
+def call(name, kind, ts, dur):
+    """A host call with no device work of its own."""
+    return {"ph": "X", "name": name, "kind": kind, "ts": ts, "dur": dur}
+
+
 def path(rows):
     return critical_path(Frames(table(rows)), 0)
 
@@ -99,9 +104,9 @@ def test_a_full_queue_is_device_bound_the_path_runs_through_the_kernels():
 
 
 def test_a_host_bound_loop_the_path_runs_through_the_host_work_between_launches():
-    rows = [{"ph": "X", "name": "next_batch", "kind": "data_load", "ts": 0, "dur": 1000},
+    rows = [call("next_batch", "data_load", 0, 1000),
             launch(1000, 10, 1), task("K1", "kernel", 1, 1020, 50, 1),
-            {"ph": "X", "name": "next_batch", "kind": "data_load", "ts": 1100, "dur": 1000},
+            call("next_batch", "data_load", 1100, 1000),
             launch(2100, 10, 2), task("K2", "kernel", 1, 2120, 50, 2)]
     cp = path(rows)
     assert chain(cp) == [(0, 1000, "data", "next_batch"), (1000, 1010, "launch", "launch"),
@@ -110,30 +115,35 @@ def test_a_host_bound_loop_the_path_runs_through_the_host_work_between_launches(
     assert (b["data"], b["launch"], b["compute"], b["untraced"]) == (2000, 30, 50, 90)
 
 
-def test_a_stream_wait_on_an_event_goes_through_the_other_streams_task():
-    # K2 on stream 2 was launched at 40, after a stream-wait call; it starts as K1 on stream 1 ends.
-    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 500, 1),
-            {"ph": "X", "name": "cudaEventRecord", "kind": "api", "ts": 20, "dur": 5},
-            {"ph": "X", "name": "cudaStreamWaitEvent", "kind": "wait", "ts": 30, "dur": 5},
-            launch(40, 10, 2), task("K2", "kernel", 2, 515, 100, 2)]
+#: K2 on stream 2 was launched at 40, after a stream-wait call; it starts as K1 on stream 1 ends.
+STREAM_WAIT = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 500, 1), call("cudaEventRecord", "api", 20, 5),
+               call("cudaStreamWaitEvent", "wait", 30, 5), launch(40, 10, 2), task("K2", "kernel", 2, 515, 100, 2)]
+#: The host synchronizes on K1, preprocesses, launches K2.
+SYNC_THEN_WORK = [launch(0, 10, 1), task("K1", "kernel", 1, 20, 500, 1), call("cudaStreamSynchronize", "sync", 15, 510),
+                  call("preprocess", "host_work", 530, 500), launch(1030, 10, 2), task("K2", "kernel", 1, 1050, 50, 2)]
+
+
+@pytest.mark.parametrize("rows, expected, edges", [
+    pytest.param(STREAM_WAIT, [(0, 10, "launch", "K1"), (10, 510, "compute", "K1"), (515, 615, "compute", "K2")],
+                 ["kernel_launch_delay", "operator", "sync_dependency", "operator"],
+                 id="a stream wait goes through the other stream's task"),
+    # The sync's wait weighs nothing; the kernel it waited for does, through the sync edge.
+    pytest.param(SYNC_THEN_WORK, [(0, 20, "launch", "K1"), (20, 520, "compute", "K1"),
+                                  (530, 1030, "data", "preprocess"), (1030, 1050, "launch", "K2"),
+                                  (1050, 1100, "compute", "K2")],
+                 ["kernel_launch_delay", "operator", "sync_dependency", "dependency", "operator", "dependency",
+                  "kernel_launch_delay", "operator"],
+                 id="a synchronize's wait weighs nothing, the kernel it waited for does"),
+])
+def test_waits_are_crossed_by_zero_weight_edges_to_what_released_them(rows, expected, edges):
     cp = path(rows)
-    assert chain(cp) == [(0, 10, "launch", "K1"), (10, 510, "compute", "K1"), (515, 615, "compute", "K2")]
-    assert list(cp.segments["edge"]) == ["kernel_launch_delay", "operator", "sync_dependency", "operator"]
-    # Without the wait call nothing records the dependency: the launch delay is K2's release.
-    no_wait = path([r for r in rows if r["name"] != "cudaStreamWaitEvent"])
+    assert chain(cp) == expected
+    assert list(cp.segments["edge"]) == edges
+
+
+def test_without_the_stream_wait_call_the_launch_delay_is_the_release():
+    no_wait = path([r for r in STREAM_WAIT if r["name"] != "cudaStreamWaitEvent"])
     assert chain(no_wait)[-2:] == [(40, 515, "launch", "K2"), (515, 615, "compute", "K2")]
-
-
-def test_a_synchronize_waits_for_the_device_its_wait_weighs_nothing_the_kernel_does():
-    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 20, 500, 1),
-            {"ph": "X", "name": "cudaStreamSynchronize", "kind": "sync", "ts": 15, "dur": 510},
-            {"ph": "X", "name": "preprocess", "kind": "host_work", "ts": 530, "dur": 500},
-            launch(1030, 10, 2), task("K2", "kernel", 1, 1050, 50, 2)]
-    cp = path(rows)
-    assert chain(cp) == [(0, 20, "launch", "K1"), (20, 520, "compute", "K1"), (530, 1030, "data", "preprocess"),
-                         (1030, 1050, "launch", "K2"), (1050, 1100, "compute", "K2")]
-    assert "sync_dependency" in set(cp.segments["edge"])
-    assert cp.blame()["sync"] == 0 and cp.length_ns == 1090
 
 
 def test_steps_each_get_their_own_path():
