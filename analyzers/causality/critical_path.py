@@ -196,12 +196,6 @@ class _Graph:
     def _he(self, i: int) -> int:
         return self.H + i
 
-    def _ts_(self, j: int) -> int:
-        return 2 * self.H + j
-
-    def _te(self, j: int) -> int:
-        return 2 * self.H + self.D + j
-
     def _edge(self, u: int, v: int, etype: int, what: int, cause: str, zero: bool = False) -> None:
         if self.node_ts[v] < self.node_ts[u]:
             # Timestamps contradict the dependency (a launch written after its task began, a
