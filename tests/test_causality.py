@@ -280,3 +280,46 @@ def test_races_are_linear_one_check_per_read_and_writing_stream():
                  launch(20 * i + 10, 5, r), task("R", "kernel", 2, 200 + 200 * i, 100, r), access("mem_read", BUF, r, 0)]
     got = race_pairs(rows)
     assert len(got) == n and got[:2] == [(1, 2, 1, 2), (3, 4, 1, 2)]
+
+
+def _allreduce_program(wait: bool):
+    """2 ranks: backward writes a gradient bucket on the compute stream, the comm stream
+    all-reduces it (in place), the optimizer reads it after the all-reduce."""
+    from runtime_emu import Kernel, acl, hccl, topology
+
+    backward = Kernel("Backward", block_ns=140_000, core="cube")
+    optimizer = Kernel("AdamW", block_ns=20_000, core="vector")
+
+    def train(rank: int) -> None:
+        acl.rt.set_device(rank)
+        comm = hccl.comm_init_all()
+        compute, comm_s = acl.rt.create_stream(), acl.rt.create_stream()
+        grads = acl.rt.malloc(1 << 22)
+        ready, reduced = acl.rt.create_event(), acl.rt.create_event()
+        for _ in range(3):
+            with acl.prof.step():
+                acl.rt.launch_kernel(backward, 20, compute, writes=(grads,))
+                acl.rt.record_event(ready, compute)
+                if wait:
+                    acl.rt.stream_wait_event(comm_s, ready)
+                hccl.all_reduce(grads, grads, 1 << 20, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm, comm_s)
+                acl.rt.record_event(reduced, comm_s)
+                acl.rt.stream_wait_event(compute, reduced)
+                acl.rt.launch_kernel(optimizer, 20, compute, reads=(grads,), writes=(grads,))
+                acl.rt.synchronize_stream(compute)
+
+    rt = acl.init(seed=0, topology=topology.server(2))
+    rt.run_ranks(train)
+    return acl.finalize().trace
+
+
+def test_a_collective_records_its_buffers_so_an_allreduce_racing_the_backward_is_a_missing_sync():
+    racy = _allreduce_program(wait=False)
+    kinds = Frames(racy).accesses
+    coll = kinds[kinds["corr"].isin(Frames(racy).device_ops.query("kind == 'collective'")["corr"])]
+    assert sorted(set(coll["kind"].astype(str))) == ["mem_read", "mem_write"]
+    found = [f for f in analyzers.run(racy, ["sync"]).findings if f.code == "MISSING_SYNC"]
+    # Per rank, the comm stream read the bucket the compute stream was writing: one finding each.
+    assert sorted((f.rank, f.stream) for f in found) == [(0, 2), (1, 2)]
+    ordered = _allreduce_program(wait=True)
+    assert [f for f in analyzers.run(ordered, ["sync"]).findings if f.code == "MISSING_SYNC"] == []

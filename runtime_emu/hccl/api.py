@@ -181,7 +181,8 @@ def all_reduce(send_buf: int, recv_buf: int, count: int, data_type: int, op: int
     _bufs(send_buf=send_buf, recv_buf=recv_buf)
     n = _count(count, "count") * _dtype(data_type)
     desc = ("allReduce", count, data_type, _reduce(op), algorithm)
-    return _collective("HcclAllReduce", "allReduce", comm, stream, desc, n, n, algorithm)
+    return _collective("HcclAllReduce", "allReduce", comm, stream, desc, n, n, algorithm,
+                       reads=(send_buf,), writes=(recv_buf,))
 
 
 def all_gather(send_buf: int, recv_buf: int, send_count: int, data_type: int, comm: C.Comm,
@@ -190,7 +191,8 @@ def all_gather(send_buf: int, recv_buf: int, send_count: int, data_type: int, co
     _bufs(send_buf=send_buf, recv_buf=recv_buf)
     c = _count(send_count, "send_count") * _dtype(data_type)
     desc = ("allGather", send_count, data_type, algorithm)
-    return _collective("HcclAllGather", "allGather", comm, stream, desc, c, c * _size(comm), algorithm)
+    return _collective("HcclAllGather", "allGather", comm, stream, desc, c, c * _size(comm), algorithm,
+                       reads=(send_buf,), writes=(recv_buf,))
 
 
 def reduce_scatter(send_buf: int, recv_buf: int, recv_count: int, data_type: int, op: int, comm: C.Comm,
@@ -200,7 +202,8 @@ def reduce_scatter(send_buf: int, recv_buf: int, recv_count: int, data_type: int
     c = _count(recv_count, "recv_count") * _dtype(data_type)
     desc = ("reduceScatter", recv_count, data_type, _reduce(op), algorithm)
     n = c * _size(comm)
-    return _collective("HcclReduceScatter", "reduceScatter", comm, stream, desc, n, n, algorithm)
+    return _collective("HcclReduceScatter", "reduceScatter", comm, stream, desc, n, n, algorithm,
+                       reads=(send_buf,), writes=(recv_buf,))
 
 
 def broadcast(buf: int, count: int, data_type: int, root: int, comm: C.Comm, stream: Stream | None = None, *,
@@ -211,7 +214,10 @@ def broadcast(buf: int, count: int, data_type: int, root: int, comm: C.Comm, str
     if not _is_int(root) or not 0 <= root < _size(comm):
         raise _param(f"broadcast root must be a rank id 0..{_size(comm) - 1}, got {root!r}")
     desc = ("broadcast", count, data_type, root, algorithm)
-    return _collective("HcclBroadcast", "broadcast", comm, stream, desc, n, n, algorithm, root=root)
+    # The root's buffer is read, every other rank's written.
+    mine = ((buf,), ()) if comm.rank == root else ((), (buf,))
+    return _collective("HcclBroadcast", "broadcast", comm, stream, desc, n, n, algorithm, root=root,
+                       reads=mine[0], writes=mine[1])
 
 
 def alltoall(send_buf: int, send_count: int, send_type: int, recv_buf: int, recv_count: int, recv_type: int,
@@ -223,24 +229,26 @@ def alltoall(send_buf: int, send_count: int, send_type: int, recv_buf: int, recv
         raise _param(f"alltoall sends {c} bytes per rank but receives {recv_count * DTYPE_BYTES[recv_type]}")
     desc = ("alltoall", send_count, send_type, recv_count, recv_type, algorithm)
     n = c * _size(comm)
-    return _collective("HcclAlltoAll", "alltoall", comm, stream, desc, n, n, algorithm)
+    return _collective("HcclAlltoAll", "alltoall", comm, stream, desc, n, n, algorithm,
+                       reads=(send_buf,), writes=(recv_buf,))
 
 
 def send(send_buf: int, count: int, data_type: int, dest_rank: int, comm: C.Comm,
          stream: Stream | None = None) -> int:
     """HcclSend: `count` elements to rank id `dest_rank`; matched with that rank's recv, in order."""
     _bufs(send_buf=send_buf)
-    return _p2p("HcclSend", "hcom_send", comm, stream, count, data_type, dest_rank, sending=True)
+    return _p2p("HcclSend", "hcom_send", comm, stream, count, data_type, dest_rank, sending=True, buf=send_buf)
 
 
 def recv(recv_buf: int, count: int, data_type: int, src_rank: int, comm: C.Comm,
          stream: Stream | None = None) -> int:
     """HcclRecv: `count` elements from rank id `src_rank`; matched with that rank's send, in order."""
     _bufs(recv_buf=recv_buf)
-    return _p2p("HcclRecv", "hcom_receive", comm, stream, count, data_type, src_rank, sending=False)
+    return _p2p("HcclRecv", "hcom_receive", comm, stream, count, data_type, src_rank, sending=False, buf=recv_buf)
 
 
-def _p2p(api: str, name: str, comm: C.Comm, stream: Any, count: int, data_type: int, peer: int, sending: bool) -> int:
+def _p2p(api: str, name: str, comm: C.Comm, stream: Any, count: int, data_type: int, peer: int, sending: bool,
+         buf: int) -> int:
     n = _count(count, "count") * _dtype(data_type)
     size = _size(comm)
     if not _is_int(peer) or not 0 <= peer < size:
@@ -249,13 +257,16 @@ def _p2p(api: str, name: str, comm: C.Comm, stream: Any, count: int, data_type: 
         raise _param(f"{api}: rank id {peer} cannot exchange with itself")
     src, dst = (comm.rank, peer) if sending else (peer, comm.rank)
     desc = ("send", count, data_type, src, dst)
-    return _collective(api, "send", comm, stream, desc, n, n, None, pair=(src, dst), name=name)
+    return _collective(api, "send", comm, stream, desc, n, n, None, pair=(src, dst), name=name,
+                       reads=(buf,) if sending else (), writes=() if sending else (buf,))
 
 
 def _collective(api: str, op: str, comm: C.Comm, stream: Any, desc: tuple, task_bytes: int, nbytes: int,
                 algorithm: str | None, root: int = 0, pair: tuple[int, int] | None = None,
-                name: str | None = None) -> int:
-    """Match this call with the other members' and launch this rank's COLLECTIVE task."""
+                name: str | None = None, reads: tuple[int, ...] = (), writes: tuple[int, ...] = ()) -> int:
+    """Match this call with the other members' and launch this rank's COLLECTIVE task; the buffers it
+    reads and writes are recorded as a kernel's are (mem_read / mem_write), so races with the
+    compute streams show."""
     rt = acl.current()
     th = rt._enter()
     st = _state(rt)
@@ -292,6 +303,8 @@ def _collective(api: str, op: str, comm: C.Comm, stream: Any, desc: tuple, task_
     task.on_start = coll.arrive
     task.extra = coll
     rt.dispatch.launch(th, task, api, t0)
+    if reads or writes:
+        rt.rows.accesses(th, stream, task.corr, reads, writes)
     return task.corr
 
 
