@@ -69,7 +69,7 @@ def analyze(frames: Frames, cfg: SyncConfig):
                     rank=int(rank), ts_ns=int(g["ts"].min()), dur_ns=span, metric="sync_share",
                     value=round(stalled / span, 4), threshold=cfg.stall_ratio,
                     evidence=[{"ts": int(r.ts), "dur": int(r.dur), "name": str(r.name)} for r in top.itertuples()]))
-    races = happens_before.races(frames) if not acc.empty else pd.DataFrame()
+    races = happens_before.races(frames)
     # One missing dependency (reader stream -> writer stream) races once per reading task, on
     # as many buffers as that task reads: one finding per stream pair, one occurrence per
     # reading task (its earliest read to the last write it overlapped).

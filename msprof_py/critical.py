@@ -19,6 +19,7 @@ from analyzers.causality.critical_path import CP_CAUSE_LABELS, CP_CAUSES, critic
 from analyzers.frames import Frames
 from msprof_py.errors import MsprofError
 from msprof_py.trace.schema import Trace
+from msprof_py.trace.units import sig
 
 
 def summarize(trace: Trace, ranks: list[int] | None = None, step: int | None = None, top: int = 10) -> dict[str, Any]:
@@ -106,33 +107,41 @@ def render_steps(summary: dict[str, Any], title: str) -> RenderableType:
 
 
 def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f}"
+    """ns as ms for a column headed in ms, 3 significant digits (the one time format of text output)."""
+    return sig(ns / 1e6)
+
+
+def rows(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Per rank of `paths`' summary, for reading: title, the causes with time (label, ms, share) and
+    the top ops (name, where, cause, ms, count); what the CLI, the Markdown and the HTML report show."""
+    out = []
+    for r in (summary or {}).get("ranks", []):
+        region = max(r["region_ns"], 1)
+        out.append({
+            "title": f"rank {r['rank']}: path {_ms(r['length_ns'])} ms of {_ms(r['region_ns'])} ms",
+            "causes": [(CP_CAUSE_LABELS[c], _ms(ns), f"{100 * ns / region:.1f}%")
+                       for c, ns in r["blame_ns"].items() if ns],
+            "ops": [(o["name"], o["where"], o["cause"], _ms(o["ns"]), str(o["count"])) for o in r["top_ops"]],
+        })
+    return out
 
 
 def render(summary: dict[str, Any], title: str) -> RenderableType:
-    parts: list[RenderableType] = []
-    head = Text(f"critical path of {title}" + (f", step {summary['step']}" if summary["step"] is not None else ""),
-                style="bold")
-    parts.append(head)
-    for r in summary["ranks"]:
-        region = max(r["region_ns"], 1)
-        t = Table(title=f"rank {r['rank']}: path {_ms(r['length_ns'])} ms of {_ms(r['region_ns'])} ms",
-                  title_justify="left")
-        t.add_column("cause")
-        t.add_column("ms", justify="right")
-        t.add_column("share", justify="right")
-        for cause in CP_CAUSES:
-            ns = r["blame_ns"][cause]
-            if ns:
-                t.add_row(Text(CP_CAUSE_LABELS[cause]), Text(_ms(ns)), Text(f"{100 * ns / region:.1f}%"))
-        parts.append(t)
-        ops = Table(title=f"rank {r['rank']}: ops on the path", title_justify="left")
+    parts: list[RenderableType] = [
+        Text(f"critical path of {title}" + (f", step {summary['step']}" if summary["step"] is not None else ""),
+             style="bold")]
+    for r in rows(summary):
+        t = Table(title=r["title"], title_justify="left")
+        for col, just in (("cause", "left"), ("ms", "right"), ("share", "right")):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        for c in r["causes"]:
+            t.add_row(*map(Text, c))
+        ops = Table(title=r["title"].split(":")[0] + ": ops on the path", title_justify="left")
         for col, just in (("op", "left"), ("where", "left"), ("cause", "left"), ("ms", "right"), ("count", "right")):
             ops.add_column(col, justify=just)  # type: ignore[arg-type]
-        for o in r["top_ops"]:
-            ops.add_row(Text(o["name"][:80]), Text(o["where"]), Text(o["cause"]), Text(_ms(o["ns"])),
-                        Text(str(o["count"])))
-        parts.append(ops)
+        for o in r["ops"]:
+            ops.add_row(Text(o[0][:80]), *map(Text, o[1:]))
+        parts += [t, ops]
     if len(summary["ranks"]) > 1:
         parts.append(Text(f"longest path: rank {summary['longest_rank']}"))
     return Group(*parts)

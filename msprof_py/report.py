@@ -217,24 +217,8 @@ CRITICAL_PATH_NOTE = ("The longest chain of recorded activity through what each 
                       "time per cause, the region's time off the chain being untraced, and the ops on it.")
 
 
-def critical_path_rows(cp: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Per rank: title, the causes with time (label, ms, share) and the top ops (name, where, cause, ms, count)."""
-    from analyzers.causality.critical_path import CP_CAUSE_LABELS
-
-    out = []
-    for r in (cp or {}).get("ranks", []):
-        region = max(r["region_ns"], 1)
-        out.append({
-            "title": f"rank {r['rank']}: path {_ms(r['length_ns'])} ms of {_ms(r['region_ns'])} ms",
-            "causes": [(CP_CAUSE_LABELS[c], _ms(ns), f"{100 * ns / region:.1f}%")
-                       for c, ns in r["blame_ns"].items() if ns],
-            "ops": [(o["name"], o["where"], o["cause"], _ms(o["ns"]), str(o["count"])) for o in r["top_ops"]],
-        })
-    return out
-
-
 def _critical_path_md(cp: dict[str, Any] | None) -> list[str]:
-    rows = critical_path_rows(cp)
+    rows = critical.rows(cp)
     if not rows:
         return []
     lines = ["## Critical path", "", CRITICAL_PATH_NOTE, ""]
@@ -266,7 +250,7 @@ def to_html(report: dict[str, Any]) -> str:
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
         breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
         copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps,
-        critical_rows=critical_path_rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE)
+        critical_rows=critical.rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE)
 
 
 def _script_text(js: str) -> str:

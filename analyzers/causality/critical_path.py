@@ -44,6 +44,8 @@ from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.causality.graph import _class_of, _producers, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
+#: How close a wait's end must be to its producer's end (as in the attribution).
+SLACK_NS = 5_000
 #: Host call kinds that are nodes of the path.
 HOST_KINDS = ("api", "launch", "sync", "wait", "data_load", "host_work", "host_idle")
 #: What a nanosecond of the critical path was, with its label.
@@ -327,8 +329,8 @@ class _Graph:
         kind = t["kind"].to_numpy()
         device = t["device"].to_numpy(np.int64)
         stream = t["stream"].to_numpy(np.int64)
-        out = _producers(ts, end, kind, device, stream, 5_000)
-        host = rank_graph(frames, self.rank, 5_000)[0]  # its threads: the same for any region
+        out = _producers(ts, end, kind, device, stream, SLACK_NS)
+        host = rank_graph(frames, self.rank, SLACK_NS)[0]  # its threads: the same for any region
         thread = np.full(len(t), -1, dtype=np.int64)
         if len(self.calls):
             c = self.calls

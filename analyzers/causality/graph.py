@@ -141,10 +141,6 @@ def _class_of(calls: pd.DataFrame, tasks: pd.DataFrame) -> np.ndarray:
     kinds = tasks["kind"].to_numpy()
     copies = tasks[np.isin(kinds, ("memcpy", "memset")) & tasks["corr"].notna().to_numpy()]
     copy_end = copies.groupby("corr")["end"].max()
-    return _classes(calls, copy_end)
-
-
-def _classes(calls: pd.DataFrame, copy_end: pd.Series) -> np.ndarray:
     kind = calls["kind"].astype(str).to_numpy()
     out = np.full(len(calls), "framework", dtype=object)
     # A host stream-wait call (kind wait: cudaStreamWaitEvent, aclrtStreamWaitEvent) only
