@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msprof_py.errors import TraceFormatError
+from msprof_py.trace.fields import string_id
 
 SCHEMA_VERSION = 1
 META_KEY = b"msprof_py"
@@ -61,6 +62,14 @@ KINDS = (
     "host_work", "data_load", "mem_read", "mem_write", "alloc_fail", "host_idle",
 )
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
+
+
+def communicator_id(label: str) -> int:
+    """The `addr` of a collective row: its communicator (process group) as an int64, the same on
+    every rank -- the label's number when it is one ("0", "586"), else a stable hash of it. With the
+    row's `value`, its call's sequence number in that communicator, it matches a rank's part of a
+    collective with its peers' parts."""
+    return string_id(label)
 
 
 #: The JSON types of TraceMeta's fields, as a file's metadata or an export's block holds them.

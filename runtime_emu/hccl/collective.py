@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
+from msprof_py.trace.schema import communicator_id
 from runtime_emu.hccl import algorithms as A
 
 if TYPE_CHECKING:
@@ -198,9 +199,21 @@ class Collective:
         args = json.dumps({"Task Type": "HCCL", "Stream Id": stream.id, "Task Id": task.corr, "Device Id": dev.id,
                            "size(Byte)": task.bytes, "algorithm": self.algorithm, "comm": self.group.id,
                            "seq": self.seq_label, "ranks": len(self.members), "pieces": len(self.pieces)})
+        # The communicator and the call's sequence in it, as typed columns (addr, value of a
+        # collective row): what matches this rank's part with its peers' parts.
+        comm_id, seq = self.instance
         rows.recorder.rows.append((dev.rank, "X", task.name, "hccl", self.start_ns, end_ns - self.start_ns, *common,
-                                 args, None, "collective", dev.id, stream.id, task.corr, task.bytes, None, None,
-                                 task.step))
+                                 args, None, "collective", dev.id, stream.id, task.corr, task.bytes, comm_id,
+                                 float(seq), task.step))
+
+    @property
+    def instance(self) -> tuple[int, int]:
+        """(communicator id, sequence number): a collective's own communicator and its call number
+        in it; a send / receive pair's point-to-point channel (one id per pair) and its number."""
+        if isinstance(self.key, tuple):
+            _, a, b, n = self.key
+            return communicator_id(f"{self.group.id}:p2p:{a}-{b}"), int(n)
+        return self.group.id, int(self.key)
 
     @property
     def seq_label(self) -> str:

@@ -86,6 +86,7 @@ def derive(raw: RawEvents) -> Typed:
     coll = matches(task_text, _COLLECTIVE)
     kinds[(is_comm | coll) & ~np.isin(kinds, (CODE["wait"], CODE["memcpy"]))] = CODE["collective"]
     t.kind[dev_rows] = kinds
+    _collective_parts(raw, t, dev_rows[kinds == CODE["collective"]])
 
     # Flows: HostToDevice (CANN launch -> task) and async_npu (torch op -> task) carry the link.
     flows = np.flatnonzero(t.kind == "flow")
@@ -97,6 +98,17 @@ def derive(raw: RawEvents) -> Typed:
     dev_mask[dev_rows] = True
     common.steps(raw, t, name, host | cann, dev_mask)
     return t
+
+
+#: HCCL names a collective op `hcom_<op>__<communicator>_<call number>_<n>` (hcom_allReduce__586_3_1).
+_HCOM_OP = re.compile(r"^hcom_[A-Za-z]+__(\d+)_(\d+)_\d+$")
+
+
+def _collective_parts(raw: RawEvents, t: Typed, rows: np.ndarray) -> None:
+    """An HCCL op's communicator and its call number in it, from the op's name."""
+    found = [_HCOM_OP.match(n or "") for n in raw.take("name", rows).to_pylist()]
+    common.collective_parts(raw, t, rows, [m.group(1) if m else None for m in found],
+                            [int(m.group(2)) if m else None for m in found])
 
 
 def _track_of(proc: str) -> str:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msprof_py.trace.raw import RawEvents
-from msprof_py.trace.schema import KINDS
+from msprof_py.trace.schema import KINDS, communicator_id
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -146,6 +146,36 @@ def distinct(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     names), so several regexes over one column are cheaper on its distinct values."""
     enc = pc.dictionary_encode(values)
     return enc.unify_dictionaries().combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+
+
+def collective_parts(raw: RawEvents, t: Typed, rows: np.ndarray, labels: list[str | None],
+                     seqs: list[int | None] | None = None) -> None:
+    """Fill a collective row's communicator (`addr`, schema.communicator_id of its label) and
+    its call's sequence number in it (`value`). Without `seqs`, a call's number is its place
+    among the rank's calls on the communicator in time order: a communicator's ranks issue its
+    collectives in one order (NCCL and HCCL require it), so the n-th call of each rank is one
+    collective. Rows with no label stay null."""
+    if not len(rows):
+        return
+    has = np.array([x is not None for x in labels], dtype=bool)
+    rows, labels = rows[has], [x for x in labels if x is not None]
+    if seqs is not None:
+        seqs = [q for q, h in zip(seqs, has.tolist()) if h]
+    if not len(rows):
+        return
+    ids = np.array([communicator_id(x) for x in labels], dtype=np.int64)
+    if seqs is None:
+        order = np.lexsort((raw.ts_ns[rows], ids, t.rank[rows]))
+        key = np.stack([t.rank[rows][order].astype(np.int64), ids[order]])
+        new = np.ones(len(rows), dtype=bool)
+        new[1:] = (key[:, 1:] != key[:, :-1]).any(axis=0)
+        first = np.maximum.accumulate(np.where(new, np.arange(len(rows)), 0))
+        seq = np.empty(len(rows), dtype=np.float64)
+        seq[order] = np.arange(len(rows)) - first
+    else:
+        seq = np.array([np.nan if q is None else float(q) for q in seqs], dtype=np.float64)
+    t.set("addr", rows, ids)
+    t.set("value", rows, seq)
 
 
 def decode_args(raw: RawEvents, idx: np.ndarray, struct: type) -> list[Any]:

@@ -18,6 +18,7 @@ import re
 from functools import cached_property
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,6 +98,7 @@ def derive(raw: RawEvents) -> Typed:
     t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
     t.set("corr", dev, dargs["corr"])
     t.kind[dev] = _device_kinds(raw, dev, device_cats)
+    _collective_parts(raw, t, dev)
     # A task without a correlation arg takes its launch's id from the flow that ends on it.
     linked = dev[t.kind.codes[dev] != CODE["marker"]]
     corr, ok = t.get("corr")
@@ -123,6 +125,34 @@ def derive(raw: RawEvents) -> Typed:
     device_rows[dev] = True
     common.steps(raw, t, name, ~device_rows, device_rows)
     return t
+
+
+class _CommArgs(msgspec.Struct):
+    group: Any = msgspec.field(default=None, name="Process Group Name")
+
+
+def _collective_parts(raw: RawEvents, t: Typed, dev: np.ndarray) -> None:
+    """A collective kernel's communicator and its sequence number in it (its place among the rank's
+    calls on it). ProcessGroupNCCL runs each communicator on a stream of its own, so a stream is
+    one communicator: named by the "Process Group Name" its kernels carry (PyTorch 2.x writes it,
+    though not on every kernel), else by the stream (older traces name no group)."""
+    rows = dev[t.kind.codes[dev] == CODE["collective"]]
+    if not len(rows):
+        return
+    stream, ok = t.get("stream")
+    groups = [a.group for a in common.decode_args(raw, rows, _CommArgs)]
+    named: dict[int, set[str]] = {}
+    for g, i in zip(groups, rows.tolist()):
+        if ok[i] and g not in (None, ""):
+            named.setdefault(int(stream[i]), set()).add(str(g))
+    labels = []
+    for i in rows.tolist():
+        if not ok[i]:
+            labels.append(None)
+            continue
+        names = named.get(int(stream[i]), set())
+        labels.append(next(iter(names)) if len(names) == 1 else f"stream {int(stream[i])}")
+    common.collective_parts(raw, t, rows, labels)
 
 
 def _classify(raw: RawEvents, is_x: np.ndarray, flows: "_Ac2g") -> tuple[list[str], dict[str, str | None]]:
