@@ -106,6 +106,8 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Fin
             via = sorted({int(v) for v in g["via"] if v is not None and v >= 0})
             if via:
                 detail = f" (on stream{'s' if len(via) > 1 else ''} {', '.join(map(str, via[:6]))})"
+        if cause == "collective":
+            detail += _peers(g)
         top = g.sort_values("idle_ns", ascending=False).head(cfg.evidence)
         streams = g.loc[g["next_stream"] >= 0, "next_stream"].unique()
         stream = int(streams[0]) if len(streams) == 1 else None  # the stream whose kernels waited
@@ -121,6 +123,17 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Fin
                        "stream": int(r.next_stream), "step": _int(r.step)} for r in top.itertuples()],
             occurrences=occurrences(g, rank=int(rank), device=int(device), stream=stream)))
     return out
+
+
+def _peers(g: pd.DataFrame) -> str:
+    """The ranks a device's collectives waited for, with the time each, and the transfer left."""
+    by = g.groupby("peer")["idle_ns"].sum()
+    waited = by[by.index >= 0].sort_values(ascending=False, kind="stable")
+    if waited.empty:
+        return ""
+    ranks = ", ".join(f"rank {int(r)} {ms(int(v))}" for r, v in waited.head(4).items())
+    more = f" and {len(waited) - 4} more" if len(waited) > 4 else ""
+    return f": waiting for the last rank to arrive ({ranks}{more}), the transfer itself {ms(int(by.get(-1, 0)))}"
 
 
 def occurrences(g: pd.DataFrame, **where) -> list[dict]:

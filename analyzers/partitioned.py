@@ -8,6 +8,8 @@ small summary (each rank's collective arrival table and busy times; its link sam
 `reduce_partitions(partials)` then, on the driver, merges the per-rank findings and metrics back
 into the order and shape a whole-trace `run` gives, and runs the cross-rank `reduce` functions
 over the summaries. The result is the `AnalysisResult` of `analyzers.run` on the whole trace.
+A collective's wait names the rank it waited for: the driver first gathers every partition's
+arrivals (`partition_arrivals`, small) and gives them to each partition (`map_partition(peers=)`).
 Two per-rank analyzers have a cross-rank part, handled here too: bandwidth's LOW_OVERLAP is one
 finding over every rank's overlap row (recomputed from the merged rows), and without a device
 preset its copies are judged against all ranks' reference copies (`bandwidth_reference`: the
@@ -27,6 +29,7 @@ import pandas as pd
 
 from analyzers import bandwidth, links, ranks
 from analyzers.bandwidth import _low_overlap
+from analyzers.causality import collectives
 from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, attributed
 from analyzers.frames import Frames
 from msprof_py.trace.schema import Trace
@@ -63,14 +66,19 @@ def selected(names: list[str] | None) -> list[str]:
 
 
 def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | None = None,
-                  window: str = "all", reference: pd.DataFrame | None = None) -> Partial:
+                  window: str = "all", reference: pd.DataFrame | None = None,
+                  peers: pd.DataFrame | None = None) -> Partial:
     """Run the per-rank analyzers on one partition and summarize it for the cross-rank ones.
 
     `reference`: the copies of every rank that the bandwidth analyzer judges copies by when the
     trace names no device preset (`bandwidth_reference`); without it, such a partition returns
-    its own reference copies in `summaries["bandwidth.reference"]` for the driver to pool."""
+    its own reference copies in `summaries["bandwidth.reference"]` for the driver to pool.
+    `peers`: every rank's arrival at each collective (`collectives.arrivals` of each partition),
+    so a collective that waited for a rank of another partition names it."""
     configs = configs or {}
     frames = Frames(trace, window=window)
+    if peers is not None:
+        frames._cache[collectives.PEERS_KEY] = peers
     rank_col = frames.table.column("rank")
     out = Partial(ranks=sorted({int(r) for r in rank_col.unique().to_pylist()}), platform=frames.platform)
     for name in selected(names):
@@ -128,6 +136,11 @@ def bandwidth_reference(partials: list[Partial]) -> pd.DataFrame | None:
     if len(partials) < 2 or not pools or not any(len(p) for p in pools):
         return None
     return pd.concat(pools, ignore_index=True)
+
+
+def partition_arrivals(trace: Trace) -> pd.DataFrame:
+    """A partition's ranks' arrivals at their collectives, for the other partitions (map_partition's `peers`)."""
+    return collectives.arrivals(trace.table)
 
 
 def reduce_partitions(partials: list[Partial], names: list[str] | None = None,

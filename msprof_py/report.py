@@ -688,11 +688,33 @@ def local_batches(parts: list[Partition] | list[Trace], budget: int | None = Non
     return out
 
 
-def analyze_partition(part: Partition | Trace | list, names: list[str] | None, window: str, reference: Any = None):
+def analyze_partition(part: Partition | Trace | list, names: list[str] | None, window: str, reference: Any = None,
+                      peers: Any = None):
     """The task of one partition (or a batch of consecutive ones): read it (unless it is given in
     memory), map the analyzers over it."""
     from analyzers.partitioned import map_partition
 
+    return map_partition(_partition_trace(part), names, window=window, reference=reference, peers=peers)
+
+
+def partition_arrivals(part: Partition | Trace | list):
+    """The task that reads a partition's collective arrivals only (a few columns)."""
+    from analyzers.causality.collectives import ARRIVAL_READ
+    from analyzers.partitioned import partition_arrivals as arrivals
+    from msprof_py.trace.parquet import read_trace
+
+    parts = part if isinstance(part, list) else [part]
+    out = []
+    for p in parts:
+        if isinstance(p, Trace):
+            out.append(arrivals(p))
+        else:
+            out += [arrivals(read_trace(f, columns=ARRIVAL_READ)) for f in p[2]]
+    return pd.concat(out, ignore_index=True)
+
+
+def _partition_trace(part: Partition | Trace | list) -> Trace:
+    """A partition (or a batch of consecutive ones) as one Trace."""
     if isinstance(part, list):
         import pyarrow as pa
 
@@ -709,7 +731,7 @@ def analyze_partition(part: Partition | Trace | list, names: list[str] | None, w
             trace = Trace(table=table, meta=trace.meta)
     else:
         trace = part if isinstance(part, Trace) else read_partition(part[1], part[2])
-    return map_partition(trace, names, window=window, reference=reference)
+    return trace
 
 
 def split_by_rank(trace: Trace) -> list[Trace]:
@@ -745,12 +767,13 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
         raise MsprofError("the trace has no ranks to analyze")
     with loading.progress_reporter(input_bytes, force=progress, console=console) as bar, \
             _engine(engine, scheduler, workers, len(parts)) as client:
-        partials = _map(client, parts, names, window, None, bar, "analyze")
+        peers = _peer_arrivals(client, parts)
+        partials = _map(client, parts, names, window, None, bar, "analyze", peers)
         reference = bandwidth_reference(partials)
         if reference is not None:
             # A trace without a device preset: copies are judged against every rank's reference
             # copies, so the bandwidth analyzer runs once more per partition with the pooled ones.
-            again = _map(client, parts, ["bandwidth"], window, reference, bar, "bandwidth")
+            again = _map(client, parts, ["bandwidth"], window, reference, bar, "bandwidth", peers)
             for p, q in zip(partials, again):
                 for table in ("findings", "metrics", "skipped"):
                     getattr(p, table).pop("bandwidth", None)
@@ -794,7 +817,23 @@ def _engine(engine: str, scheduler: str | None, workers: int | None, n_parts: in
         yield client
 
 
-def _map(client: Any, parts: list, names: list[str] | None, window: str, reference: Any, bar, stage: str) -> list:
+def _peer_arrivals(client: Any, parts: list) -> Any:
+    """Every rank's arrival at each collective, when the ranks are analyzed apart (several local
+    batches, or Dask): a collective's wait then still names the rank of another partition it
+    waited for. None when one batch holds every rank."""
+    if client is None:
+        batches = local_batches(parts)
+        if len(batches) < 2:
+            return None
+        return pd.concat([partition_arrivals(b) for b in batches], ignore_index=True)
+    if parts and isinstance(parts[0], Trace):  # in memory here already: no need to ship them
+        return pd.concat([partition_arrivals(p) for p in parts], ignore_index=True)
+    return pd.concat(client.gather([client.submit(partition_arrivals, p, pure=False) for p in parts]),
+                     ignore_index=True)
+
+
+def _map(client: Any, parts: list, names: list[str] | None, window: str, reference: Any, bar, stage: str,
+         peers: Any = None) -> list:
     """`analyze_partition` over every partition, in order: here one at a time, or one task per
     partition on the Dask `client` (partitions on disk go as file names, read by the worker that
     runs the task; partitions in memory go to the workers as data)."""
@@ -802,7 +841,7 @@ def _map(client: Any, parts: list, names: list[str] | None, window: str, referen
     if client is None:
         out, done = [], 0
         for batch in local_batches(parts):
-            out.append(analyze_partition(batch, names, window, reference))
+            out.append(analyze_partition(batch, names, window, reference, peers))
             done += len(batch)
             bar(stage, done, len(parts))
         return out
@@ -812,7 +851,10 @@ def _map(client: Any, parts: list, names: list[str] | None, window: str, referen
         parts = client.scatter(list(parts))
     if reference is not None:
         [reference] = client.scatter([reference], broadcast=True)
-    futures = [client.submit(analyze_partition, part, names, window, reference, pure=False) for part in parts]
+    if peers is not None:
+        [peers] = client.scatter([peers], broadcast=True)
+    futures = [client.submit(analyze_partition, part, names, window, reference, peers, pure=False)
+               for part in parts]
     for i, _ in enumerate(distributed.as_completed(futures), 1):
         bar(stage, i, len(futures))
     return [f.result() for f in futures]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.graph import HOST_CLASSES, HostState, Tasks, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
@@ -60,7 +61,7 @@ _MOVABLE = ("launch", "host", "data")
 DISPATCH_NS = 50_000
 
 ATTRIBUTION_COLUMNS = ["rank", "device", "step", "step_start", "step_end", "ts", "end", "idle_ns", "cause", "via",
-                       "next_name", "next_corr", "next_stream", "next_dur"]
+                       "next_name", "next_corr", "next_stream", "next_dur", "peer"]
 
 
 def device_windows(frames: Frames) -> dict[tuple[int, int], pd.DataFrame]:
@@ -106,6 +107,7 @@ def attribution(frames: Frames, slack_ns: int = 5_000, dispatch_ns: int = DISPAT
         host, tasks = rank_graph(frames, int(rank), slack_ns)
         parts.append(_rank_attribution(int(rank), tasks, host, windows, dispatch_ns))
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ATTRIBUTION_COLUMNS)
+    out = _name_peers(out, collective_parts(frames))
     frames._cache[key] = out
     return out
 
@@ -235,6 +237,43 @@ def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list) -> int:
     if t > max(int(T.ts[q]), a):
         segs.append((g, max(int(T.ts[q]), a), t, _SPAN_CAUSE.get(T.kind[q], "event"), int(T.stream[q])))
     return min(t, int(T.ts[q]))
+
+
+def _name_peers(out: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
+    """`peer` of each `collective` piece: the rank its collective waited for while the piece lay
+    before that rank arrived (collectives.parts), else -1 (the transfer itself, or a collective the
+    trace holds on one rank). A piece spanning the release is split there, so the time waited for
+    a peer is exactly the part before its arrival."""
+    out = out.assign(peer=np.int64(-1))
+    coll = (out["cause"] == "collective").to_numpy()
+    waited = parts[(parts["waited_ns"] > 0) & (parts["ranks"] > 1)]
+    if not coll.any() or waited.empty:
+        return out
+    pieces = out[coll]
+    keep = [out[~coll]]
+    for rank, g in pieces.groupby("rank", sort=False):
+        w = waited[waited["rank"] == rank].sort_values("arrive", kind="stable")
+        if w.empty:
+            keep.append(g)
+            continue
+        arrive, release = w["arrive"].to_numpy(np.int64), w["release"].to_numpy(np.int64)
+        last = w["last_rank"].to_numpy(np.int64)
+        ts, end = g["ts"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
+        k = np.searchsorted(arrive, ts, side="right") - 1
+        ok = k >= 0
+        k = np.maximum(k, 0)
+        hit = ok & (ts < release[k])
+        rel = release[k]
+        split = hit & (end > rel)
+        before = g.copy()
+        before["end"] = np.where(split, rel, end)
+        before["peer"] = np.where(hit, last[k], -1)
+        after = g[split].copy()
+        after["ts"] = rel[split]
+        keep += [before, after]
+    out = pd.concat(keep, ignore_index=True)
+    out["idle_ns"] = (out["end"] - out["ts"]).where(out["cause"] == "collective", out["idle_ns"]).astype(np.int64)
+    return out.sort_values(["rank", "device", "ts", "cause"], kind="stable").reset_index(drop=True)
 
 
 def _in_windows(s: pd.DataFrame, rank: int, windows: dict) -> pd.DataFrame:
