@@ -41,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analyzers.causality.attribution import DISPATCH_NS
+from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.graph import _class_of, _producers, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
@@ -77,9 +78,9 @@ SEGMENT_COLUMNS = ["rank", "ts", "end", "weight_ns", "cause", "edge", "name", "w
 
 @dataclass
 class CriticalPath:
-    """One rank's critical path over [start, end)."""
+    """One rank's critical path over [start, end); the job's (rank None) across all ranks."""
 
-    rank: int
+    rank: int | None
     start: int
     end: int
     #: The path's edges in time order (SEGMENT_COLUMNS): `where` is "stream S" or "thread T".
@@ -106,13 +107,20 @@ class CriticalPath:
         return pd.Series({e: int(by.get(e, 0)) for e in EDGE_TYPES}, dtype=np.int64)
 
     def top_ops(self, n: int = 10) -> pd.DataFrame:
-        """The ops that set the path's length, longest first: name, where, cause, ns, count."""
+        """The ops that set the path's length, longest first: rank, name, where, cause, ns, count."""
         s = self.segments[self.segments["weight_ns"] > 0]
         if s.empty:
-            return pd.DataFrame(columns=["name", "where", "cause", "ns", "count"])
-        g = s.groupby(["name", "where", "cause"], as_index=False).agg(ns=("weight_ns", "sum"),
-                                                                     count=("weight_ns", "size"))
-        return g.sort_values(["ns", "name"], ascending=[False, True]).head(n).reset_index(drop=True)
+            return pd.DataFrame(columns=["rank", "name", "where", "cause", "ns", "count"])
+        g = s.groupby(["rank", "name", "where", "cause"], as_index=False).agg(ns=("weight_ns", "sum"),
+                                                                             count=("weight_ns", "size"))
+        return g.sort_values(["ns", "rank", "name"], ascending=[False, True, True]).head(n).reset_index(drop=True)
+
+    def by_rank(self) -> pd.Series:
+        """ns of the path on each rank (the job's path crosses ranks), most first."""
+        if not len(self.segments):
+            return pd.Series(dtype=np.int64)
+        by = self.segments.groupby("rank")["weight_ns"].sum().astype(np.int64)
+        return by.sort_values(ascending=False, kind="stable")
 
 
 def critical_path(frames: Frames, rank: int, start: int | None = None, end: int | None = None) -> CriticalPath:
@@ -128,6 +136,80 @@ def step_paths(frames: Frames, rank: int) -> list[tuple[object, CriticalPath]]:
     steps = steps[steps["rank"] == rank]
     return [(s.step if pd.notna(s.step) else s.name, critical_path(frames, rank, int(s.ts), int(s.end)))
             for s in steps.itertuples()]
+
+
+def job_critical_path(frames: Frames, regions: dict[int, tuple[int, int]] | None = None) -> CriticalPath | None:
+    """The job's critical path across ranks (see critical_paths); None when no collective of the
+    trace joins two ranks."""
+    return critical_paths(frames, regions)[1]
+
+
+def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = None
+                   ) -> tuple[dict[int, CriticalPath], CriticalPath | None]:
+    """Each rank's critical path (over its region in `regions`, rank -> (start, end); every rank's
+    whole trace by default) and the job's: the ranks' graphs joined where a collective released
+    its ranks. A rank's part that waited for its peers waits with no weight until the last rank
+    arrived, and that rank's arrival is its predecessor; so the job's path runs through the rank
+    each collective waited for, and its segments say which rank each nanosecond was on. The job's
+    path is None when no collective of the trace joins two of the ranks."""
+    present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
+    if regions is not None:
+        present = [r for r in present if r in regions]
+    graphs = {r: _Graph(frames, r, *(regions or {}).get(r, (None, None))) for r in present}
+    per = {r: g.longest_path() for r, g in graphs.items()}
+    if len(graphs) < 2 or not any(len(g.rv_node) for g in graphs.values()):
+        return per, None
+    p = collective_parts(frames)
+    offsets, parts, off = {}, [], 0
+    for r, g in graphs.items():
+        offsets[r] = off
+        a = g.arrays()
+        parts.append({**a, "src": a["src"] + off, "dst": a["dst"] + off})
+        off += len(g.node_ts)
+    node_ts = np.concatenate([g.node_ts for g in graphs.values()])
+    # The last rank's arrival releases each waiting part.
+    last = p[(p["rank"] == p["last_rank"]) & (p["ranks"] > 1)]
+    last = {(int(g), int(q)): (int(r), str(n), int(t))
+            for g, q, r, n, t in zip(last["group"], last["seq"], last["rank"], last["name"], last["ts"])}
+    cs, cd, names, where, ranks = [], [], [], [], []
+    for r, g in graphs.items():
+        for group, seq, name, node in zip(g.rv_parts["group"].tolist(), g.rv_parts["seq"].tolist(),
+                                          g.rv_parts["name"].tolist(), g.rv_node.tolist()):
+            hit = last.get((int(group), int(seq)))
+            if hit is None or hit[0] not in graphs:
+                continue
+            u = graphs[hit[0]].collective_start(hit[1], hit[2])
+            if u < 0:
+                continue
+            cs.append(offsets[hit[0]] + u)
+            cd.append(offsets[r] + node)
+            names.append(name)
+            where.append(f"waiting for rank {hit[0]}")
+            ranks.append(r)
+    cs_a, cd_a = np.asarray(cs, dtype=np.int64), np.asarray(cd, dtype=np.int64)
+    # Clocks of different hosts may disagree: a release that would run back in time is dropped.
+    fwd = node_ts[cs_a] <= node_ts[cd_a] if len(cs_a) else np.zeros(0, dtype=bool)
+    n = int(fwd.sum())
+    parts.append({"src": cs_a[fwd], "dst": cd_a[fwd], "w": np.zeros(n, dtype=np.int64),
+                  "etype": np.full(n, _SYNC, dtype=np.int64), "cause": np.full(n, "collective", dtype=object),
+                  "allowed": np.full(n, np.iinfo(np.int64).max, dtype=np.int64),
+                  "name": np.asarray(names, dtype=object)[fwd], "where": np.asarray(where, dtype=object)[fwd],
+                  "rank": np.asarray(ranks, dtype=np.int64)[fwd]})
+    a = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
+    path = _longest(len(node_ts), a["src"], a["dst"], a["w"], "the job")
+    start = min(g.start for g in graphs.values())
+    end = max(g.end for g in graphs.values())
+    return per, CriticalPath(None, start, end, _segments(node_ts, a, path))
+
+
+def job_step_paths(frames: Frames) -> list[tuple[int, CriticalPath | None]]:
+    """The job's critical path per step number (each rank over its own step of that number)."""
+    steps = frames.steps.dropna(subset=["step"])
+    out = []
+    for step, g in steps.groupby("step", sort=True):
+        regions = {int(r): (int(x["ts"].min()), int(x["end"].max())) for r, x in g.groupby("rank")}
+        out.append((int(step), critical_paths(frames, regions)[1]))
+    return out
 
 
 class _Graph:
@@ -148,6 +230,12 @@ class _Graph:
         self.H, self.D = H, D
         self.node_ts = np.concatenate([calls["ts"].to_numpy(np.int64), calls["end"].to_numpy(np.int64),
                                        tasks["ts"].to_numpy(np.int64), tasks["end"].to_numpy(np.int64)])
+        # A collective part that waited for its peers gets a node at its release (the last rank's
+        # arrival): it waits (no weight) until then and works after it (see job_critical_path).
+        self.rv_parts = pd.DataFrame(columns=["group", "seq", "name", "ts", "release"])
+        parts = collective_parts(frames)
+        parts = parts[(parts["rank"] == rank) & (parts["ranks"] > 1) & (parts["waited_ns"] > 0)]
+        self.rv_task, self.rv_node = self._rendezvous(parts[["group", "seq", "name", "ts", "release"]])
         self.src: list[int] = []
         self.dst: list[int] = []
         self.w: list[int] = []
@@ -170,6 +258,8 @@ class _Graph:
     def _host_calls(frames: Frames, rank: int, tasks: pd.DataFrame) -> pd.DataFrame:
         t = frames.table
         mask = frames.kind_mask(HOST_KINDS) & (t.column("rank").to_numpy() == rank)
+        # A wait on a stream is the device's (an event wait task, a collective's notify wait), not a call.
+        mask &= ~(frames.kind_mask(("wait",)) & t.column("stream").is_valid().to_numpy(zero_copy_only=False))
         sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
         sub = sub[(sub["ph"] == "X") & (sub["dur"].fillna(0) > 0)].copy()
         sub["end"] = sub["ts"] + sub["dur"].astype(np.int64)
@@ -191,6 +281,37 @@ class _Graph:
         ts = tasks["ts"].to_numpy(np.int64)
         keep = (tasks["launch"].to_numpy() >= 0) | (~launched & (ts >= lo) & (ts < hi))
         return tasks[keep].sort_values(["device", "stream", "ts", "end"], kind="stable").reset_index(drop=True)
+
+    def _rendezvous(self, rv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(task index, node index) of each part in `rv` (name, ts, release) found among the
+        tasks; the nodes are appended to node_ts at the release, inside the task's span."""
+        none = np.zeros(0, dtype=np.int64)
+        t = self.tasks
+        if rv.empty or t.empty:
+            return none, none
+        coll = t[t["kind"] == "collective"]
+        at = pd.Series(coll.index.to_numpy(), index=pd.MultiIndex.from_arrays(
+            [coll["name"].astype(str).to_numpy(), coll["ts"].to_numpy(np.int64)]))
+        at = at[~at.index.duplicated()]
+        idx = pd.MultiIndex.from_arrays([rv["name"].astype(str).to_numpy(), rv["ts"].to_numpy(np.int64)])
+        j = at.reindex(idx).to_numpy(np.float64)
+        ok = ~np.isnan(j)
+        j = j[ok].astype(np.int64)
+        release = rv["release"].to_numpy(np.int64)[ok]
+        ts, end = t["ts"].to_numpy(np.int64)[j], t["end"].to_numpy(np.int64)[j]
+        nodes = len(self.node_ts) + np.arange(len(j), dtype=np.int64)
+        self.node_ts = np.concatenate([self.node_ts, np.clip(release, ts, end)])
+        self.rv_parts = rv[ok].reset_index(drop=True)
+        return j, nodes
+
+    def collective_start(self, name: str, ts: int) -> int:
+        """The start node of the collective task `name` that starts at `ts` (-1: not in the region)."""
+        if not hasattr(self, "_coll_at"):
+            t = self.tasks
+            coll = t[t["kind"] == "collective"]
+            self._coll_at = dict(zip(zip(coll["name"].astype(str), coll["ts"].astype(np.int64)), coll.index))
+        j = self._coll_at.get((name, int(ts)))
+        return -1 if j is None else 2 * self.H + int(j)
 
     def _hs(self, i: int) -> int:
         return i
@@ -295,8 +416,14 @@ class _Graph:
         # hold; so a rank's path runs through what it did, and the rank that others waited for has
         # the longest one.
         waiting = t["waiting"].to_numpy(bool) if "waiting" in t else is_wait
+        rv = np.zeros(len(t), dtype=bool)
+        rv[self.rv_task] = True
         self._edges(2 * H + j, 2 * H + D + j, _OP, H + j, np.array([_TASK_CAUSE[k] for k in kind], dtype=object),
-                    zero=is_wait | waiting)
+                    zero=is_wait | waiting | rv)
+        if len(self.rv_task):
+            k = self.rv_task
+            self._edges(2 * H + k, self.rv_node, _OP, H + k, "collective", zero=True)
+            self._edges(self.rv_node, 2 * H + D + k, _OP, H + k, "collective")
         q = release
         # A wait's end is released by its producer's end; another task's start by the task
         # whose end fired the event it waited for.
@@ -309,7 +436,7 @@ class _Graph:
         p_end = np.where(p >= 0, end[np.maximum(p, 0)], np.iinfo(np.int64).min)
         q_end = np.where(q >= 0, end[np.maximum(q, 0)], np.iinfo(np.int64).min)
         launched = launch >= 0
-        by_launch = launched & (q_launch == 1) & (q_start == 0) & (p_end < l_ts) & (q_end < l_ts)
+        by_launch = launched & (p_end < l_ts) & (q_end < l_ts)
         # A gap after the task before is the queue's only when the task was launched (a task no
         # call launched may have been written to the stream at any time).
         by_prev = ~by_launch & (p >= 0) & ((q < 0) | (q_end < p_end))
@@ -364,86 +491,101 @@ class _Graph:
 
     # -- the longest path ----------------------------------------------------------------------------------------
 
-    def longest_path(self) -> CriticalPath:
-        n = len(self.node_ts)
-        if not self.src:
-            return CriticalPath(self.rank, self.start, self.end, pd.DataFrame(columns=SEGMENT_COLUMNS))
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The edges as arrays (src, dst, w, etype, cause, allowed, name, where, rank): `allowed` is
+        how much of an edge its own cause may keep (see _segments), `name` / `where` the event it
+        is charged to."""
         src = np.asarray(self.src, dtype=np.int64)
-        dst = np.asarray(self.dst, dtype=np.int64)
-        w = np.asarray(self.w, dtype=np.int64)
-        order = np.argsort(src, kind="stable")
-        starts = np.searchsorted(src[order], np.arange(n + 1))
-        indeg = np.bincount(dst, minlength=n)
-        dist = np.zeros(n, dtype=np.int64)
-        via = np.full(n, -1, dtype=np.int64)  # the edge the best path arrives by
-        ready = deque(np.flatnonzero(indeg == 0).tolist())
-        dst_o, w_o = dst[order].tolist(), w[order].tolist()
-        starts_l = starts.tolist()
-        dist_l = dist.tolist()
-        via_l = via.tolist()
-        indeg_l = indeg.tolist()
-        order_l = order.tolist()
-        seen = 0
-        while ready:
-            u = ready.popleft()
-            seen += 1
-            du = dist_l[u]
-            for k in range(starts_l[u], starts_l[u + 1]):
-                v = dst_o[k]
-                if via_l[v] < 0 or du + w_o[k] > dist_l[v]:
-                    dist_l[v] = du + w_o[k]
-                    via_l[v] = order_l[k]
-                indeg_l[v] -= 1
-                if indeg_l[v] == 0:
-                    ready.append(v)
-        if seen != n:
-            raise ValueError(f"rank {self.rank}: the dependency graph has a cycle ({n - seen} nodes left)")
-        node = int(np.argmax(dist_l))
-        path = []
-        while via_l[node] >= 0:
-            e = via_l[node]
-            path.append(e)
-            node = int(src[e])
-        path.reverse()
-        return CriticalPath(self.rank, self.start, self.end, self._segments(np.asarray(path, dtype=np.int64), w))
-
-    def _segments(self, path: np.ndarray, w: np.ndarray) -> pd.DataFrame:
-        if not len(path):
-            return pd.DataFrame(columns=SEGMENT_COLUMNS)
-        src = np.asarray(self.src, dtype=np.int64)[path]
-        dst = np.asarray(self.dst, dtype=np.int64)[path]
-        what = np.asarray(self.what, dtype=np.int64)[path]
-        names = np.concatenate([self.calls["name"].astype(str).to_numpy(), self.tasks["name"].astype(str).to_numpy()])
-        where = np.concatenate([("thread " + self.calls["tid"].astype(str)).to_numpy(),
-                                ("stream " + self.tasks["stream"].astype(str)).to_numpy()])
-        etype = np.asarray(self.etype, dtype=np.int64)[path]
-        ts, end, weight = self.node_ts[src], self.node_ts[dst], w[path]
-        cause = np.asarray(self.cause, dtype=object)[path]
+        what = np.asarray(self.what, dtype=np.int64)
+        etype = np.asarray(self.etype, dtype=np.int64)
         # A delay is the launch's (its call's own time and the dispatch after it) or the queue's
         # (the dispatch after the task before) only up to DISPATCH_NS past that: beyond it the
         # task waited for something the trace does not record, as the attribution says.
-        allowed = np.full(len(path), np.iinfo(np.int64).max, dtype=np.int64)
+        allowed = np.full(len(src), np.iinfo(np.int64).max, dtype=np.int64)
         launch = etype == _LAUNCH
         if launch.any():
             call = src[launch]
             allowed[launch] = (self.node_ts[self.H + call] - self.node_ts[call]) + DISPATCH_NS
         allowed[etype == _KK] = DISPATCH_NS
-        split = weight > allowed
-        reps = np.where(split, 2, 1)
-        rows = np.repeat(np.arange(len(path)), reps)
-        second = np.zeros(len(rows), dtype=bool)
-        second[np.cumsum(reps)[split] - 1] = True
-        first_of_split = np.repeat(split, reps) & ~second
-        cut = ts[rows] + np.minimum(allowed[rows], weight[rows])
-        out_ts = np.where(second, cut, ts[rows])
-        out_end = np.where(first_of_split, cut, end[rows])
-        out_w = np.where(first_of_split, allowed[rows], np.where(second, weight[rows] - allowed[rows], weight[rows]))
-        out_cause = np.where(second, "unexplained", cause[rows])
-        return pd.DataFrame({
-            "rank": self.rank, "ts": out_ts, "end": out_end, "weight_ns": out_w, "cause": out_cause,
-            "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
-            "name": names[what[rows]], "where": where[what[rows]],
-        })
+        names = np.concatenate([self.calls["name"].astype(str).to_numpy(), self.tasks["name"].astype(str).to_numpy()])
+        where = np.concatenate([("thread " + self.calls["tid"].astype(str)).to_numpy(),
+                                ("stream " + self.tasks["stream"].astype(str)).to_numpy()])
+        return {"src": src, "dst": np.asarray(self.dst, dtype=np.int64), "w": np.asarray(self.w, dtype=np.int64),
+                "etype": etype, "cause": np.asarray(self.cause, dtype=object), "allowed": allowed,
+                "name": names[what] if len(what) else np.zeros(0, dtype=object),
+                "where": where[what] if len(what) else np.zeros(0, dtype=object),
+                "rank": np.full(len(src), self.rank, dtype=np.int64)}
+
+    def longest_path(self) -> CriticalPath:
+        a = self.arrays()
+        path = _longest(len(self.node_ts), a["src"], a["dst"], a["w"], f"rank {self.rank}")
+        return CriticalPath(self.rank, self.start, self.end, _segments(self.node_ts, a, path))
+
+
+def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, what: str) -> np.ndarray:
+    """The edges of the longest path of the DAG (n nodes; edges src -> dst weighing w), in order."""
+    if not len(src):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(src, kind="stable")
+    starts = np.searchsorted(src[order], np.arange(n + 1))
+    indeg = np.bincount(dst, minlength=n)
+    ready = deque(np.flatnonzero(indeg == 0).tolist())
+    dst_o, w_o = dst[order].tolist(), w[order].tolist()
+    starts_l = starts.tolist()
+    dist_l = [0] * n
+    via_l = [-1] * n  # the edge the best path arrives by
+    indeg_l = indeg.tolist()
+    order_l = order.tolist()
+    seen = 0
+    while ready:
+        u = ready.popleft()
+        seen += 1
+        du = dist_l[u]
+        for k in range(starts_l[u], starts_l[u + 1]):
+            v = dst_o[k]
+            if via_l[v] < 0 or du + w_o[k] > dist_l[v]:
+                dist_l[v] = du + w_o[k]
+                via_l[v] = order_l[k]
+            indeg_l[v] -= 1
+            if indeg_l[v] == 0:
+                ready.append(v)
+    if seen != n:
+        raise ValueError(f"{what}: the dependency graph has a cycle ({n - seen} nodes left)")
+    node = int(np.argmax(dist_l))
+    path = []
+    while via_l[node] >= 0:
+        e = via_l[node]
+        path.append(e)
+        node = int(src[e])
+    path.reverse()
+    return np.asarray(path, dtype=np.int64)
+
+
+def _segments(node_ts: np.ndarray, a: dict[str, np.ndarray], path: np.ndarray) -> pd.DataFrame:
+    """The path's edges as SEGMENT_COLUMNS rows, an edge longer than it may keep (`allowed`) split
+    into its own cause up to that and `unexplained` past it."""
+    if not len(path):
+        return pd.DataFrame(columns=SEGMENT_COLUMNS)
+    src, dst = a["src"][path], a["dst"][path]
+    etype, weight, allowed = a["etype"][path], a["w"][path], a["allowed"][path]
+    ts, end = node_ts[src], node_ts[dst]
+    cause = a["cause"][path]
+    split = weight > allowed
+    reps = np.where(split, 2, 1)
+    rows = np.repeat(np.arange(len(path)), reps)
+    second = np.zeros(len(rows), dtype=bool)
+    second[np.cumsum(reps)[split] - 1] = True
+    first_of_split = np.repeat(split, reps) & ~second
+    cut = ts[rows] + np.minimum(allowed[rows], weight[rows])
+    out_ts = np.where(second, cut, ts[rows])
+    out_end = np.where(first_of_split, cut, end[rows])
+    out_w = np.where(first_of_split, allowed[rows], np.where(second, weight[rows] - allowed[rows], weight[rows]))
+    out_cause = np.where(second, "unexplained", cause[rows])
+    return pd.DataFrame({
+        "rank": a["rank"][path][rows], "ts": out_ts, "end": out_end, "weight_ns": out_w, "cause": out_cause,
+        "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
+        "name": a["name"][path][rows], "where": a["where"][path][rows],
+    })
 
 
 def _queue_lengths(ts, l_ts, launched, device, stream) -> tuple[np.ndarray, np.ndarray]:
