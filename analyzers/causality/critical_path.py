@@ -155,17 +155,22 @@ def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = 
     present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
     if regions is not None:
         present = [r for r in present if r in regions]
-    graphs = {r: _Graph(frames, r, *(regions or {}).get(r, (None, None))) for r in present}
-    per = {r: g.longest_path() for r, g in graphs.items()}
+    per: dict[int, CriticalPath] = {}
+    graphs: dict[int, _Graph] = {}
+    offsets, parts, labels, off, lab = {}, [], [], 0, 0
+    for r in present:
+        g = _Graph(frames, r, *(regions or {}).get(r, (None, None)))
+        per[r] = g.longest_path()
+        offsets[r] = off
+        a = g.arrays()
+        labels.append(g.labels())
+        parts.append({**a, "src": a["src"] + off, "dst": a["dst"] + off, "what": a["what"] + lab})
+        off += len(g.node_ts)
+        lab += len(labels[-1][0])
+        graphs[r] = g
     if len(graphs) < 2 or not any(len(g.rv_node) for g in graphs.values()):
         return per, None
     p = collective_parts(frames)
-    offsets, parts, off = {}, [], 0
-    for r, g in graphs.items():
-        offsets[r] = off
-        a = g.arrays()
-        parts.append({**a, "src": a["src"] + off, "dst": a["dst"] + off})
-        off += len(g.node_ts)
     node_ts = np.concatenate([g.node_ts for g in graphs.values()])
     # The last rank's arrival releases each waiting part.
     last = p[(p["rank"] == p["last_rank"]) & (p["ranks"] > 1)]
@@ -193,13 +198,14 @@ def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = 
     parts.append({"src": cs_a[fwd], "dst": cd_a[fwd], "w": np.zeros(n, dtype=np.int64),
                   "etype": np.full(n, _SYNC, dtype=np.int64), "cause": np.full(n, "collective", dtype=object),
                   "allowed": np.full(n, np.iinfo(np.int64).max, dtype=np.int64),
-                  "name": np.asarray(names, dtype=object)[fwd], "where": np.asarray(where, dtype=object)[fwd],
-                  "rank": np.asarray(ranks, dtype=np.int64)[fwd]})
+                  "what": lab + np.arange(n, dtype=np.int64), "rank": np.asarray(ranks, dtype=np.int64)[fwd]})
+    labels.append((np.asarray(names, dtype=object)[fwd], np.asarray(where, dtype=object)[fwd]))
     a = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
     path = _longest(len(node_ts), a["src"], a["dst"], a["w"], "the job")
     start = min(g.start for g in graphs.values())
     end = max(g.end for g in graphs.values())
-    return per, CriticalPath(None, start, end, _segments(node_ts, a, path))
+    return per, CriticalPath(None, start, end, _segments(node_ts, a, path, np.concatenate([x[0] for x in labels]),
+                                                         np.concatenate([x[1] for x in labels])))
 
 
 def job_step_paths(frames: Frames) -> list[tuple[int, CriticalPath | None]]:
@@ -243,8 +249,10 @@ class _Graph:
         self.cause: list[str] = []
         self.what: list[int] = []  # the event an edge is charged to: host call i, or H + task j
         self.dropped = 0  # edges that would run back in time
+        self._chunks: list[tuple] = []  # the vectorised edges (src, dst, w, etype, cause, what), after the lists'
         self._host_edges()
         self._device_edges(frames)
+        self._pack()
         if start is None:
             self.start = int(self.node_ts.min()) if len(self.node_ts) else 0
             self.end = int(self.node_ts.max()) if len(self.node_ts) else 0
@@ -344,12 +352,20 @@ class _Graph:
         self.dropped += int((~ok).sum())
         u, v, what, zero, cause = u[ok], v[ok], what[ok], zero[ok], cause[ok]
         w = np.where(zero | (etype in (_DEP, _SYNC)), 0, self.node_ts[v] - self.node_ts[u])
-        self.src.extend(u.tolist())
-        self.dst.extend(v.tolist())
-        self.w.extend(w.tolist())
-        self.etype.extend([etype] * len(u))
-        self.cause.extend(cause.tolist())
-        self.what.extend(what.tolist())
+        self._chunks.append((u, v, w.astype(np.int64), np.full(len(u), etype, dtype=np.int64), cause, what))
+
+    def _pack(self) -> None:
+        """The edges as arrays, in the order made (the scalar ones first: the host's come before
+        any vectorised one): a rank's graph holds no Python object per edge once built."""
+        lists = (self.src, self.dst, self.w, self.etype)
+        ints = [np.concatenate([np.asarray(x, dtype=np.int64), *[c[k] for c in self._chunks]]) for k, x in
+                enumerate(lists)]
+        self.src, self.dst, self.w, self.etype = ints  # type: ignore[assignment]
+        self.cause = np.concatenate([np.asarray(self.cause, dtype=object),  # type: ignore[assignment]
+                                     *[np.asarray(c[4], dtype=object) for c in self._chunks]])
+        self.what = np.concatenate([np.asarray(self.what, dtype=np.int64),  # type: ignore[assignment]
+                                    *[c[5] for c in self._chunks]])
+        self._chunks = []
 
     # -- edges ---------------------------------------------------------------------------------------------------
 
@@ -495,9 +511,7 @@ class _Graph:
         """The edges as arrays (src, dst, w, etype, cause, allowed, name, where, rank): `allowed` is
         how much of an edge its own cause may keep (see _segments), `name` / `where` the event it
         is charged to."""
-        src = np.asarray(self.src, dtype=np.int64)
-        what = np.asarray(self.what, dtype=np.int64)
-        etype = np.asarray(self.etype, dtype=np.int64)
+        src, what, etype = self.src, self.what, self.etype
         # A delay is the launch's (its call's own time and the dispatch after it) or the queue's
         # (the dispatch after the task before) only up to DISPATCH_NS past that: beyond it the
         # task waited for something the trace does not record, as the attribution says.
@@ -507,19 +521,21 @@ class _Graph:
             call = src[launch]
             allowed[launch] = (self.node_ts[self.H + call] - self.node_ts[call]) + DISPATCH_NS
         allowed[etype == _KK] = DISPATCH_NS
+        return {"src": src, "dst": self.dst, "w": self.w, "etype": etype, "cause": self.cause, "allowed": allowed,
+                "what": what,
+                "rank": np.full(len(src), self.rank, dtype=np.int64)}
+
+    def labels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(name, where) of each event an edge can be charged to (`what`): host calls, then tasks."""
         names = np.concatenate([self.calls["name"].astype(str).to_numpy(), self.tasks["name"].astype(str).to_numpy()])
         where = np.concatenate([("thread " + self.calls["tid"].astype(str)).to_numpy(),
                                 ("stream " + self.tasks["stream"].astype(str)).to_numpy()])
-        return {"src": src, "dst": np.asarray(self.dst, dtype=np.int64), "w": np.asarray(self.w, dtype=np.int64),
-                "etype": etype, "cause": np.asarray(self.cause, dtype=object), "allowed": allowed,
-                "name": names[what] if len(what) else np.zeros(0, dtype=object),
-                "where": where[what] if len(what) else np.zeros(0, dtype=object),
-                "rank": np.full(len(src), self.rank, dtype=np.int64)}
+        return names.astype(object), where.astype(object)
 
     def longest_path(self) -> CriticalPath:
         a = self.arrays()
         path = _longest(len(self.node_ts), a["src"], a["dst"], a["w"], f"rank {self.rank}")
-        return CriticalPath(self.rank, self.start, self.end, _segments(self.node_ts, a, path))
+        return CriticalPath(self.rank, self.start, self.end, _segments(self.node_ts, a, path, *self.labels()))
 
 
 def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, what: str) -> np.ndarray:
@@ -561,7 +577,8 @@ def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, what: str)
     return np.asarray(path, dtype=np.int64)
 
 
-def _segments(node_ts: np.ndarray, a: dict[str, np.ndarray], path: np.ndarray) -> pd.DataFrame:
+def _segments(node_ts: np.ndarray, a: dict[str, np.ndarray], path: np.ndarray, names: np.ndarray,
+              where: np.ndarray) -> pd.DataFrame:
     """The path's edges as SEGMENT_COLUMNS rows, an edge longer than it may keep (`allowed`) split
     into its own cause up to that and `unexplained` past it."""
     if not len(path):
@@ -584,7 +601,7 @@ def _segments(node_ts: np.ndarray, a: dict[str, np.ndarray], path: np.ndarray) -
     return pd.DataFrame({
         "rank": a["rank"][path][rows], "ts": out_ts, "end": out_end, "weight_ns": out_w, "cause": out_cause,
         "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
-        "name": a["name"][path][rows], "where": a["where"][path][rows],
+        "name": names[a["what"][path][rows]], "where": where[a["what"][path][rows]],
     })
 
 
