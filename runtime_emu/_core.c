@@ -691,7 +691,8 @@ static int task_finished(Core *c, int32_t slot) {
     if (c->task_time) {
         if (k->name_code < 0 && kernel_codes(c, k) < 0) return -1;
         int64_t row[W_TASK] = {s->rank, s->dev_id, s->pid, s->id, t->start, now - t->start, k->name_code, 0,
-                               k->type_code, t->corr, t->blocks, t->waves, NUL, k->op_code, NUL, t->step};
+                               k->type_code, t->corr, t->blocks, t->waves, NUL, k->op_code,
+                               s->pools[t->vector] != NULL ? s->pools[t->vector]->total : NUL, t->step};
         if (append(c->tasks, row, W_TASK) < 0) return -1;
         if (c->queue_depth) {
             int64_t crow[W_COUNTER] = {s->rank, s->pid, s->qcode, now, pending, 0, s->dev_id, s->id, NUL};

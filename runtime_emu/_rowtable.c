@@ -541,11 +541,13 @@ static void task_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
     put32(c, pt, C_STREAM, i, f[3], 0);
     put64(c, pt, C_CORR, i, f[9], f[9] == NUL);
     put64(c, pt, C_BYTES, i, f[12], f[12] == NUL);
-    put64(c, pt, C_ADDR, i, 0, 1);
-    putf64(c, pt, i, 0.0, 1);
+    /* a kernel's addr: the cores of its pool (field 14, a wait's event id); value: its block dim */
+    int64_t kind = f[7];
+    int kern = kind == K_KERNEL;
+    put64(c, pt, C_ADDR, i, kern ? f[14] : 0, !kern || f[14] == NUL);
+    putf64(c, pt, i, kern ? (double)f[10] : 0.0, !kern || f[10] == NUL);
     put32(c, pt, C_STEP, i, f[15], f[15] == NUL);
     /* args: the head every kind has, then the kind's own members; null with a null part */
-    int64_t kind = f[7];
     if (f[8] < 0 || f[8] >= c->nstr || kind < K_KERNEL || kind > K_RECORD) {
         pt->fail = 2;
         return;

@@ -228,7 +228,7 @@ class Rows:
             start = task.start_ns
             append_row(rec.tasks, TASK_W, dev.rank, dev.id, dev.pid, stream.id, start, end - start, strings[task.name], K_KERNEL,
                                   type_code, task.corr, task.blocks, task.waves, NULL, strings[k.op_type or task.name],
-                                  NULL,
+                                  dev.pools[k.core].total,  # a kernel's event_id field: its pool's cores
                                   NULL if task.step is None else task.step)
             return
         if kind is MEMCPY:

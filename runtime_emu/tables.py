@@ -122,11 +122,16 @@ _TASK_COLUMNS = {
 }
 _TASK_HEAD = ('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(_T_STREAM), ',"Task Id":',
               _str(_num(9)))
+#: A kernel's shape: value = its block dim, addr = the cores of its pool (a wait's event id field).
+#: Field 14 is not a nullable field (a wait's event id is never NULL), so NULL (-1) is masked here.
+_KERNEL_SHAPE = {"value": _field(10).cast(pa.float64()),
+                 "addr": pc.if_else(pc.equal(_field(14), -1), pa.scalar(None, pa.int64()), _field(14))}
 _EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
 #: Per task kind, the projection of its rows: each kind's args is evaluated over its own rows
 #: only (an if_else over the kinds would format every row once per kind).
 _TASK_PROJECTIONS = {
-    kind: _projection({**_TASK_COLUMNS, "args": args}) for kind, args in (
+    kind: _projection({**_TASK_COLUMNS, **(_KERNEL_SHAPE if kind == K_KERNEL else {}), "args": args})
+    for kind, args in (
         (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)),
                         ',"OP Type":"', pc.field("op_type"), '"}')),
         (K_MEMCPY, _cat(*_TASK_HEAD, ',"size(Byte)":', _str(_field(12)), ',"Copy Kind":"', pc.field("copy_kind"),
