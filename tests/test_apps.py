@@ -76,6 +76,8 @@ PROBLEMS = [
             unit="bytes"),
     Problem("host_preprocess", ("BUBBLE_DATA",), stream=1,
             measure=lambda df: measure.host_work_bubble_ns(df, ("decode_jpeg", "resize"))),
+    Problem("core_starvation", ("CORE_CONTENTION",), stream=2, stream_required=True,
+            measure=lambda df: measure.core_wait_ns(df, 2)),
 ]
 HEALTHY = ["double_buffer", "no_sync_twin", "overlapped_preprocess", "healthy_training", "healthy_allreduce"]
 ALL_APPS = [p.app for p in PROBLEMS] + HEALTHY

@@ -75,6 +75,14 @@ def check_findings(trace) -> None:
             assert f.value is None or f.value <= 1.0, f.message
         if f.code == "SYNC_STALL":
             assert f.value <= 1.0, f.message
+    for f in result.findings:
+        # Core contention is latency while the device is busy: its cost (on the critical path)
+        # never exceeds the wait it measured; under-occupancy never exceeds the kernels' time.
+        if f.code == "CORE_CONTENTION":
+            assert 0 <= f.lost_ns <= f.value, f.message
+        if f.code == "UNDER_OCCUPANCY":
+            ops = Frames(trace).device_ops
+            assert f.lost_ns <= int(ops.loc[ops["kind"].astype(str) == "kernel", "dur"].sum()), f.message
     # No two findings count the same idle nanosecond: bubble and launch costs add up to at most
     # the attributed idle.
     idle = int(attribution(Frames(trace))["idle_ns"].sum())

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.causality.collectives import parts as collective_parts
+from analyzers.causality.contention import contended_rows
 from analyzers.causality.graph import _class_of, _producers, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
@@ -56,6 +57,7 @@ CP_CAUSE_LABELS = {
     "collective": "collective communication",
     "launch": "launch (launch calls and the delay to the task's start)",
     "dispatch": "device queue: gap after the task before on the stream",
+    "contention": "core contention: ready, waiting for cores other streams' kernels held",
     "sync": "host synchronize (its own time, not its wait)",
     "blocking_copy": "blocking copy on the host (its own time)",
     "data": "data loading / host work",
@@ -151,7 +153,18 @@ def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = 
     its ranks. A rank's part that waited for its peers waits with no weight until the last rank
     arrived, and that rank's arrival is its predecessor; so the job's path runs through the rank
     each collective waited for, and its segments say which rank each nanosecond was on. The job's
-    path is None when no collective of the trace joins two of the ranks."""
+    path is None when no collective of the trace joins two of the ranks. The whole trace's
+    paths (no `regions`) are cached per frames: reports and analyzers share them."""
+    if regions is None:
+        key = ("causality.critical_paths",)
+        if key not in frames._cache:
+            frames._cache[key] = _critical_paths(frames, None)
+        return frames._cache[key]
+    return _critical_paths(frames, regions)
+
+
+def _critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None
+                    ) -> tuple[dict[int, CriticalPath], CriticalPath | None]:
     present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
     if regions is not None:
         present = [r for r in present if r in regions]
@@ -198,6 +211,7 @@ def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = 
     parts.append({"src": cs_a[fwd], "dst": cd_a[fwd], "w": np.zeros(n, dtype=np.int64),
                   "etype": np.full(n, _SYNC, dtype=np.int64), "cause": np.full(n, "collective", dtype=object),
                   "allowed": np.full(n, np.iinfo(np.int64).max, dtype=np.int64),
+                  "contended": np.zeros(n, dtype=np.int64),
                   "what": lab + np.arange(n, dtype=np.int64), "rank": np.asarray(ranks, dtype=np.int64)[fwd]})
     labels.append((np.asarray(names, dtype=object)[fwd], np.asarray(where, dtype=object)[fwd]))
     a = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
@@ -225,6 +239,7 @@ class _Graph:
         self.rank = rank
         tasks_all = stream_tasks(frames)
         tasks = tasks_all[(tasks_all["rank"] == rank) & tasks_all["kind"].isin(tuple(_TASK_CAUSE))]
+        tasks = tasks.assign(contended=contended_rows(frames)[tasks.index.to_numpy()])
         calls = self._host_calls(frames, rank, tasks)
         lo = -np.inf if start is None else start
         hi = np.inf if end is None else end
@@ -521,8 +536,14 @@ class _Graph:
             call = src[launch]
             allowed[launch] = (self.node_ts[self.H + call] - self.node_ts[call]) + DISPATCH_NS
         allowed[etype == _KK] = DISPATCH_NS
+        # A delay into a kernel that was ready while other streams' kernels held every core is
+        # core contention, up to that wait (analyzers.causality.contention).
+        contended = np.zeros(len(src), dtype=np.int64)
+        into = (etype == _LAUNCH) | (etype == _KK)
+        if into.any() and self.D:
+            contended[into] = self.tasks["contended"].to_numpy(np.int64)[self.dst[into] - 2 * self.H]
         return {"src": src, "dst": self.dst, "w": self.w, "etype": etype, "cause": self.cause, "allowed": allowed,
-                "what": what,
+                "contended": contended, "what": what,
                 "rank": np.full(len(src), self.rank, dtype=np.int64)}
 
     def labels(self) -> tuple[np.ndarray, np.ndarray]:
@@ -579,28 +600,34 @@ def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, what: str)
 
 def _segments(node_ts: np.ndarray, a: dict[str, np.ndarray], path: np.ndarray, names: np.ndarray,
               where: np.ndarray) -> pd.DataFrame:
-    """The path's edges as SEGMENT_COLUMNS rows, an edge longer than it may keep (`allowed`) split
-    into its own cause up to that and `unexplained` past it."""
+    """The path's edges as SEGMENT_COLUMNS rows. An edge into a kernel that waited for cores ends
+    with `contention` (up to its `contended` time); the rest of an edge longer than it may keep
+    (`allowed`) is split into its own cause up to that and `unexplained` past it."""
     if not len(path):
         return pd.DataFrame(columns=SEGMENT_COLUMNS)
     src, dst = a["src"][path], a["dst"][path]
     etype, weight, allowed = a["etype"][path], a["w"][path], a["allowed"][path]
-    ts, end = node_ts[src], node_ts[dst]
+    ts = node_ts[src]
+    cont = np.minimum(a["contended"][path], np.maximum(weight, 0))
+    rest = weight - cont
+    own = np.where(rest > allowed, allowed, rest)
+    # Up to three pieces per edge, in time order: its own cause, unexplained, contention.
+    lens = np.stack([own, rest - own, cont], axis=1)
+    keep = lens > 0
+    keep[:, 0] |= ~keep.any(axis=1)  # a zero-weight edge stays one row
+    rows, piece = np.nonzero(keep)
+    starts = ts[:, None] + np.concatenate([np.zeros((len(path), 1), np.int64), np.cumsum(lens, axis=1)[:, :-1]], axis=1)
+    out_ts = starts[rows, piece]
+    out_w = lens[rows, piece]
     cause = a["cause"][path]
-    split = weight > allowed
-    reps = np.where(split, 2, 1)
-    rows = np.repeat(np.arange(len(path)), reps)
-    second = np.zeros(len(rows), dtype=bool)
-    second[np.cumsum(reps)[split] - 1] = True
-    first_of_split = np.repeat(split, reps) & ~second
-    cut = ts[rows] + np.minimum(allowed[rows], weight[rows])
-    out_ts = np.where(second, cut, ts[rows])
-    out_end = np.where(first_of_split, cut, end[rows])
-    out_w = np.where(first_of_split, allowed[rows], np.where(second, weight[rows] - allowed[rows], weight[rows]))
-    out_cause = np.where(second, "unexplained", cause[rows])
+    out_cause = np.where(piece == 0, cause[rows], np.where(piece == 1, "unexplained", "contention"))
+    # An edge's last piece ends at its node (a zero-weight edge spans its time with no weight).
+    last = np.ones(len(rows), dtype=bool)
+    last[:-1] = rows[1:] != rows[:-1]
+    out_end = np.where(last, node_ts[dst][rows], out_ts + out_w)
     return pd.DataFrame({
-        "rank": a["rank"][path][rows], "ts": out_ts, "end": out_end, "weight_ns": out_w, "cause": out_cause,
-        "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
+        "rank": a["rank"][path][rows], "ts": out_ts, "end": out_end, "weight_ns": out_w,
+        "cause": out_cause, "edge": np.asarray(EDGE_TYPES, dtype=object)[etype[rows]],
         "name": names[a["what"][path][rows]], "where": where[a["what"][path][rows]],
     })
 

@@ -82,7 +82,9 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     # their own threads): lanes of their own (stream -2 - tid), so they can release a wait.
     planes = frames.kind_mask(("collective", "wait")) & ~has_stream & has_device
     mask = (frames.kind_mask(TASK_KINDS) & has_stream) | planes
-    sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid"]).filter(pa.array(mask))
+    # value / addr: a kernel's blocks and cores (analyzers.causality.contention).
+    sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid", "value",
+                    "addr"]).filter(pa.array(mask))
     df = sub.to_pandas()
     lane = df["stream"].isna()
     df["stream"] = df["stream"].astype(np.float64).where(~lane, -2.0 - df["tid"].astype(np.float64))

@@ -182,6 +182,34 @@ def contention_stall_ns(df: pd.DataFrame, rank: int = 0, device: int = 0) -> int
     return total(intersect(kernel_idle(df, rank, device), spans(h2d)))
 
 
+def core_wait_ns(df: pd.DataFrame, stream: int, rank: int = 0, device: int = 0) -> int:
+    """Time `stream`'s kernels waited, ready, for another stream's kernel, past its running wave.
+
+    A kernel is ready once the task before it on its stream has ended and its launch call has
+    returned. If it starts later while a kernel of another stream is running, it waited for the
+    cores that kernel held. Blocks already running are never interrupted, so the wait up to the
+    end of the other kernel's current wave (its time over ceil(Block Dim / cores)) is lost in any
+    case; the rest is what giving the stream the cores first gives back.
+    """
+    rows = on_device(df, rank, device, ("kernel", "memcpy", "memset", "wait")).sort_values("ts")
+    mine = rows[rows["stream"] == stream]
+    others = rows[(rows["stream"] != stream) & (rows["kind"] == "kernel")]
+    launch_end = df[(df["rank"] == rank) & (df["kind"] == "launch")].set_index("corr")
+    launch_end = launch_end["ts"] + launch_end["dur"]
+    prev_end = None
+    lost = 0
+    for r in mine.itertuples():
+        ready = max(x for x in (prev_end, launch_end.get(r.corr)) if x is not None)
+        running = others[(others["ts"] <= ready) & (others["ts"] + others["dur"] > ready)]
+        if r.kind == "kernel" and r.ts > ready and len(running):
+            o = running.iloc[-1]
+            wave = o["dur"] / np.ceil(o["value"] / o["addr"])
+            wave_end = o["ts"] + (np.floor((ready - o["ts"]) / wave) + 1) * wave
+            lost += int(max(r.ts - max(wave_end, ready), 0))
+        prev_end = r.ts + r.dur
+    return lost
+
+
 def blocked_launch_ns(df: pd.DataFrame, rank: int, device: int, stream: int) -> int:
     """Host time spent inside launch calls to `stream` beyond the normal cost of a launch.
 
