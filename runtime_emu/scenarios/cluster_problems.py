@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runtime_emu.device import KERNEL, Stream
 from runtime_emu.presets import MiB, Preset
 from runtime_emu.runtime import MEMCPY_HOST_TO_DEVICE
-from runtime_emu.scenarios.problems import SWITCHES, Injector
+from runtime_emu.scenarios.problems import SWITCHES, Injector, cost_dict, device_span_ns, kernel_idle_ns
 from runtime_emu.scenarios.scenario import Config, TaskIndex, task_dict, where
 from runtime_emu.topology import Topology
 
@@ -201,6 +201,9 @@ class ClusterProblems:
             when = ({"start_ns": min(s for s, _ in spans), "end_ns": max(e for _, e in spans)} if spans
                     else {"start_ns": copies[0].start_ns, "end_ns": copies[-1].end_ns})
             durs = [p.end_ns - p.start_ns for p in copies]
+            # What the run would get back: the copies' overhang past their alone time during
+            # which the cores had no kernel to run (they waited for the collectives the copies slowed).
+            lost = sum(kernel_idle_ns(tasks, rank, dev.id, p.start_ns + alone, p.end_ns) for p in copies) if hit else 0
             return {"when": when,
                     "expected": {"link": link, "copy_bytes": self.chunk, "copies": len(copies),
                                  "alone_ns": alone, "mean_copy_ns": sum(durs) // len(durs),
@@ -209,7 +212,8 @@ class ClusterProblems:
                                  "collectives_overlapped": [
                                      {"seq": c.seq_label, "op": c.op, "bytes": c.nbytes, "start_ns": c.start_ns,
                                       "end_ns": c.end_ns} for c in hit],
-                                 "first_copy": task_dict(copies[0]), "manifested": bool(hit)}}
+                                 "first_copy": task_dict(copies[0]), "manifested": bool(hit),
+                                 "cost": cost_dict(ns=lost, span_ns=device_span_ns(tasks, rank, dev.id))}}
 
         self.log.add("bandwidth-contention", where=where(stream, link=link), resolve=resolve,
                      detail=f"{self.copies} x {self.chunk >> 20} MiB H2D prefetch copies per step on "

@@ -6,6 +6,11 @@ trace shows the problem the way a real capture would, and records in the run's P
 and when it acted and what an analyzer should measure. The structural switches (serial-copies,
 missing-sync) change a scenario's stream layout, so the scenario does those itself and only
 reports them here. Sizes and durations marked DEFAULT are plausible choices, not measurements.
+
+A report whose problem has a measurable cost carries it as `expected.cost` (`cost_dict`): the
+time the run lost to it or the device memory it held, and that cost's share of the device's span
+or memory, so the accuracy harness can tell problems worth a warning from minor ones by the
+analyzers' own severity rule.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from runtime_emu.caching import LARGE_SEGMENT_BYTES, round_size
-from runtime_emu.device import Kernel, Stream
+from runtime_emu.device import KERNEL, Kernel, Stream
 from runtime_emu.errors import AclError
 from runtime_emu.presets import GiB, MiB
 from runtime_emu.runtime import MEMCPY_HOST_TO_DEVICE
@@ -46,6 +51,11 @@ FLOOD_QUEUE_TASKS = 320  # every stream's queue in a queue-congestion run (910B:
 FLOOD_TASKS = 2 * FLOOD_QUEUE_TASKS + 64
 FLOOD_KERNEL_NS = (8_000, 12_000)
 PREFETCH_BYTES = 16 * MiB  # DEFAULT: a side prefetch (next request's side inputs / weights)
+# DEFAULT: what a leaking step keeps, at least, as a share of the device's memory (the buffer and the
+# step's activations it refers to, as a loss kept with its graph does; 1 GiB of a 64 GiB card): the few
+# steps a profile covers then hold a share worth a warning (3 steps: 4.7%); a scenario's own few-MiB
+# buffer would be ~0.03%.
+LEAK_SHARE = 1 / 64
 
 #: Preset changes a switch needs to stay small; each problem it records says so.
 PRESET_OVERRIDES: dict[str, dict[str, int]] = {
@@ -56,6 +66,50 @@ PRESET_OVERRIDES: dict[str, dict[str, int]] = {
     # each step's compute, so the scenarios' own streams then hold at most ~180 tasks.
     "queue-congestion": {"queue_tasks": FLOOD_QUEUE_TASKS},
 }
+
+
+def cost_dict(*, ns: int | None = None, span_ns: int | None = None, nbytes: int | None = None,
+              capacity: int | None = None) -> dict[str, Any]:
+    """A problem's cost as its report carries it (`expected.cost`): the time the run lost (`ns`)
+    and its share of the device's span, or the device memory it held (`bytes`) and its share of
+    the device's capacity."""
+    if ns is not None:
+        return {"ns": int(ns), "share": round(ns / span_ns, 6) if span_ns else None, "of": "device span"}
+    return {"bytes": int(nbytes or 0), "share": round((nbytes or 0) / capacity, 6) if capacity else None,
+            "of": "device memory"}
+
+
+def _device_times(tasks: TaskIndex, rank: int, device: int) -> tuple[list[int], list[int], int]:
+    """The device's kernels as merged [start, end) spans (starts, ends) and its span from its
+    first task's start to its last task's end; computed once per run and device."""
+    cache = tasks.__dict__.setdefault("_device_times", {})
+    if (rank, device) not in cache:
+        mine = [t for t in tasks.by_corr.values() if t.rank == rank and t.device == device]
+        starts: list[int] = []
+        ends: list[int] = []
+        for t in sorted((t for t in mine if t.kind == KERNEL), key=lambda t: t.start_ns):
+            if ends and t.start_ns <= ends[-1]:
+                ends[-1] = max(ends[-1], t.end_ns)
+            else:
+                starts.append(t.start_ns)
+                ends.append(t.end_ns)
+        span = max(t.end_ns for t in mine) - min(t.start_ns for t in mine) if mine else 0
+        cache[rank, device] = (starts, ends, span)
+    return cache[rank, device]
+
+
+def kernel_idle_ns(tasks: TaskIndex, rank: int, device: int, start_ns: int, end_ns: int) -> int:
+    """Time within [start_ns, end_ns) during which no kernel ran on the device: what a late
+    input cost the cores waiting for it."""
+    if end_ns <= start_ns:
+        return 0
+    starts, ends, _ = _device_times(tasks, rank, device)
+    busy = sum(min(e, end_ns) - max(s, start_ns) for s, e in zip(starts, ends) if s < end_ns and e > start_ns)
+    return end_ns - start_ns - busy
+
+
+def device_span_ns(tasks: TaskIndex, rank: int, device: int) -> int:
+    return _device_times(tasks, rank, device)[2]
 
 
 class Injector:
@@ -77,7 +131,10 @@ class Injector:
 
     # ------------------------------------------------------------------ leak
     def step_alloc(self, call_site: str, nbytes: int, stream: Stream) -> int:
-        """A per-step buffer from the caching allocator (a framework tensor), tagged with its call site."""
+        """A per-step buffer from the caching allocator (a framework tensor), tagged with its call
+        site; with `leak` on, at least LEAK_SHARE of device memory (what the leaking reference keeps alive)."""
+        if self.on("leak"):
+            nbytes = max(nbytes, int(self.rt.preset.hbm_bytes * LEAK_SHARE))
         ptr = self.rt.cached_malloc(nbytes, stream, tag=call_site)
         self._live[ptr] = (call_site, nbytes, stream, self.rt.now())
         return ptr
@@ -96,10 +153,11 @@ class Injector:
 
     def _resolve_leak(self, tasks: TaskIndex) -> dict[str, Any]:
         per_step = self._leaked[0][1]
+        leaked = per_step * len(self._leaked)
         return {"when": {"start_ns": self._leaked[0][2], "end_ns": self.rt.now()},
                 "expected": {"leak_bytes_per_step": per_step, "leaked_allocations": len(self._leaked),
-                             "leaked_bytes": per_step * len(self._leaked),
-                             "addresses": [a for a, _, _ in self._leaked]}}
+                             "leaked_bytes": leaked, "addresses": [a for a, _, _ in self._leaked],
+                             "cost": cost_dict(nbytes=leaked, capacity=self.rt.preset.hbm_bytes)}}
 
     # ------------------------------------------------------------------ fragmentation
     def fragment(self, stream: Stream, call_site: str) -> None:
@@ -122,7 +180,10 @@ class Injector:
         try:
             request = rt.cached_malloc(FRAG_REQUEST_BYTES, stream, tag=call_site)
         except AclError as err:
-            failed = {"bytes": FRAG_REQUEST_BYTES, "ts_ns": rt.now(), "error": err.name, "message": str(err)}
+            # The free memory the request could not use: the driver's, and the cache's holes.
+            free = driver.free_bytes + cache.reserved_bytes - cache.allocated_bytes
+            failed = {"bytes": FRAG_REQUEST_BYTES, "ts_ns": rt.now(), "error": err.name, "message": str(err),
+                      "free_bytes": free}
             request = None
         # What a framework does after catching the OOM: drop the tensors, empty the cache, retry.
         for p in ptrs[1::2]:
@@ -136,7 +197,8 @@ class Injector:
             "fragmentation", where=where(stream, call_site=call_site), when={"start_ns": t0, "end_ns": rt.now()},
             expected={"reserved_bytes": reserved, "allocated_bytes": allocated,
                       "reserved_minus_allocated_bytes": reserved - allocated, "blocks": len(ptrs),
-                      "failed_request": failed, "empty_cache_released_bytes": released, "preset_override": override},
+                      "failed_request": failed, "empty_cache_released_bytes": released, "preset_override": override,
+                      "cost": cost_dict(nbytes=failed["free_bytes"] if failed else 0, capacity=rt.preset.hbm_bytes)},
             detail=f"{len(ptrs)} blocks of {big >> 20} and {small >> 20} MiB interleaved, every other freed; "
                    f"a {FRAG_REQUEST_BYTES >> 20} MiB request then "
                    f"{'fails' if failed else 'still succeeds'}; device memory limited to "
@@ -241,6 +303,9 @@ class Injector:
                           if p.start_ns < v.end_ns and p.end_ns > v.start_ns]
                 alone = preset.copy_latency_ns + round(nbytes / preset.pcie_gbps)
                 actual = v.end_ns - v.start_ns
+                # What the run would get back: the part of the input copy's overhang past its
+                # alone time during which the cores had no kernel to run (they waited for it).
+                lost = kernel_idle_ns(tasks, v.rank, v.device, v.start_ns + alone, v.end_ns) if rivals else 0
                 when = ({"start_ns": max(v.start_ns, min(p.start_ns for p in rivals)),
                          "end_ns": min(v.end_ns, max(p.end_ns for p in rivals))} if rivals
                         else {"start_ns": v.start_ns, "end_ns": v.end_ns})
@@ -248,7 +313,8 @@ class Injector:
                         "expected": {"link": link, "victim": {**task_dict(v), "bytes": nbytes},
                                      "competing": [{**task_dict(p), "bytes": PREFETCH_BYTES} for p in rivals],
                                      "alone_ns": alone, "actual_ns": actual, "slowdown": round(actual / alone, 3),
-                                     "manifested": bool(rivals)}}
+                                     "manifested": bool(rivals),
+                                     "cost": cost_dict(ns=lost, span_ns=device_span_ns(tasks, v.rank, v.device))}}
 
             self.log.add("bandwidth-contention", where=where(victim, link=link), resolve=resolve,
                          detail=f"a {PREFETCH_BYTES >> 20} MiB H2D prefetch on stream {stream.id} shares {link} with "
