@@ -7,9 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames
+from analyzers.severity import memory_severity
 from msprof_py.trace.units import mib, pct, sig
+
+#: Memory counters whose values are device memory held (what `peaks` takes the largest of).
+MEMORY_COUNTERS = ("Device memory reserved", "Device memory used", "Device memory allocated")
 
 
 @dataclass
@@ -38,6 +42,12 @@ def analyze(frames: Frames, cfg: MemoryConfig):
     warming up). Allocations never freed are grouped by name (call site) and size.
     Fragmentation: the peak of reserved minus allocated (memory counters) relative to reserved,
     and failed allocations (kind alloc_fail) with the largest free block smaller than the request.
+
+    Cost and severity (the one rule, analyzers.severity): a leak costs the bytes it held by the
+    end of the run (bytes per step x steps), fragmentation the free memory a failed request
+    could not use (none when no request failed: a reserve is not harm until a request fails);
+    the share is of the device's memory capacity as the trace states it (`capacities`), or,
+    when it does not, of the run's peak device memory (`peaks`), and the message says which.
     """
     mem = frames.memory
     counters = frames.counters
@@ -46,18 +56,68 @@ def analyze(frames: Frames, cfg: MemoryConfig):
         raise Skipped("no alloc/free events in the trace (memory recording off?)")
     findings: list[Finding] = []
     metrics: dict = {}
-    if not mem.empty:
-        live = _live(mem)
+    capacity = capacities(frames)
+    live = _live(mem) if not mem.empty else None
+    peak = peaks(counters, live)
+    if live is not None:
         unfreed = _unfreed(mem)
         metrics["unfreed"] = unfreed.to_dict("records")
         for (rank, device), g in live.groupby(["rank", "device"]):
-            f, m = _leak(frames, rank, device, g, unfreed, cfg)
+            f, m = _leak(frames, rank, device, g, unfreed, cfg, _capacity(capacity, device),
+                         peak.get((int(rank), int(device))))
             metrics[f"r{rank}.d{device}"] = m
             if f:
                 findings.append(f)
-    preset = frames.trace.meta.extra.get("preset") or {}
-    findings.extend(_fragmentation(counters, failed, cfg, capacity=preset.get("hbm_bytes")))
+    findings.extend(_fragmentation(counters, failed, cfg, capacity, peak))
     return findings, metrics
+
+
+def capacities(frames: Frames) -> dict[int | None, int]:
+    """Device memory capacity in bytes as the trace states it, by device id (None: every device):
+    the emulator's preset (`hbm_bytes`), Kineto's top-level `deviceProperties` (`totalGlobalMem`
+    of each `id`); empty when the trace does not say (torch_npu and msprof exports)."""
+    meta = frames.trace.meta
+    preset = (meta.extra or {}).get("preset") or {}
+    if preset.get("hbm_bytes"):
+        return {None: int(preset["hbm_bytes"])}
+    props = (meta.source_meta or {}).get("deviceProperties")
+    out: dict[int | None, int] = {}
+    for p in props if isinstance(props, list) else ():
+        if isinstance(p, dict) and isinstance(p.get("id"), int) and isinstance(p.get("totalGlobalMem"), (int, float)):
+            out[p["id"]] = int(p["totalGlobalMem"])
+    return out
+
+
+def _capacity(capacity: dict[int | None, int], device) -> int | None:
+    if None in capacity:
+        return capacity[None]
+    return None if device is None or pd.isna(device) else capacity.get(int(device))
+
+
+def peaks(counters: pd.DataFrame, live: pd.DataFrame | None) -> dict[tuple[int, int], float]:
+    """The run's peak device memory per (rank, device; -1 when the trace names none): the largest
+    of the memory counters (reserved, used, allocated) and the live bytes of alloc/free events.
+    The device holds at least that much: the share of it is the fallback when the capacity is unknown."""
+    out: dict[tuple[int, int], float] = {}
+    if not counters.empty:
+        c = counters[counters["name"].astype(str).isin(MEMORY_COUNTERS)]
+        device = c["device"].fillna(-1).astype(np.int64)
+        for key, v in c["value"].groupby([c["rank"].astype(np.int64), device]).max().items():
+            out[key] = max(out.get(key, 0.0), float(v))
+    if live is not None and not live.empty:
+        for key, v in live.groupby(["rank", "device"])["live"].max().items():
+            key = (int(key[0]), int(key[1]))
+            out[key] = max(out.get(key, 0.0), float(v))
+    return out
+
+
+def _of(share: float | None, capacity: int | None, peak: float | None) -> str:
+    """What a memory cost's share is of, for the message."""
+    if share is None:
+        return "neither the device's capacity nor its peak memory is in the trace"
+    if capacity:
+        return f"{pct(share)} of the device's {mib(capacity)}"
+    return f"{pct(share)} of the run's peak of {mib(peak)}; the device's capacity is not in the trace"
 
 
 def _live(mem: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +148,8 @@ def _unfreed(mem: pd.DataFrame) -> pd.DataFrame:
     return g.sort_values("total_bytes", ascending=False).reset_index(drop=True)
 
 
-def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFrame, cfg: MemoryConfig):
+def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFrame, cfg: MemoryConfig,
+          capacity: int | None = None, peak: float | None = None):
     steps = frames.steps
     steps = steps[steps["rank"] == rank]
     if len(steps) < cfg.min_steps:
@@ -115,27 +176,33 @@ def _leak(frames: Frames, rank, device, live: pd.DataFrame, unfreed: pd.DataFram
              for r in mine.head(cfg.evidence).itertuples()]
     where = f" mostly from {sites[0]['name']!r} ({sites[0]['count']} x {mib(sites[0]['bytes'])})" if sites else ""
     # Every step leaks, the first included: the live bytes at the first step's end already hold one.
-    lost = int(slope * len(values))
-    sev = Severity.CRITICAL if slope * 100 > values.max() else Severity.WARNING
+    lost = int(round(slope * len(values)))
+    sev, share = memory_severity(lost, capacity, peak, "MEMORY_LEAK")
     return Finding(
         code="MEMORY_LEAK", severity=sev, title="Device memory grows every step",
         message=(f"rank {rank} device {device}: live memory grows {mib(slope)} per step over "
-                 f"{len(values)} steps (R^2 {sig(r2)}){where}"),
+                 f"{len(values)} steps (R^2 {sig(r2)}){where}; {mib(lost)} held by the end of the run, "
+                 f"{_of(share, capacity, peak)}"),
         rank=int(rank), device=int(device) if device >= 0 else None, ts_ns=int(steps["ts"].min()),
         dur_ns=int(ends.max() - steps["ts"].min()), metric="bytes_per_step", value=float(slope),
         threshold=float(cfg.min_leak_bytes_per_step), lost_bytes=lost, evidence=sites), metrics
 
 
 def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConfig,
-                   capacity: int | None = None) -> list[Finding]:
-    """Failed allocations that free memory would have satisfied (CRITICAL: the OOM users see
-    "while free memory looks sufficient"), and caches holding much more than they hand out
-    (INFO: a reserve is not harm until a request fails).
+                   capacity: dict[int | None, int] | None = None,
+                   peak: dict[tuple[int, int], float] | None = None) -> list[Finding]:
+    """Failed allocations that free memory would have satisfied (the OOM users see "while free
+    memory looks sufficient"), and caches holding much more than they hand out.
 
-    The cost of a failed request is the free memory it could not use: at the failure, the
-    driver's free bytes (capacity from the device preset minus "Device memory used") plus the
-    caching allocator's reserved minus allocated, when the largest free block was smaller than
-    the request and that free memory would have held it."""
+    The cost of a failed request is the free memory it could not use (stranded): at the
+    failure, the driver's free bytes (the device's capacity minus "Device memory used") plus
+    the caching allocator's reserved minus allocated, when the largest free block was smaller
+    than the request and that free memory would have held it. Its share of the device's
+    capacity (or of the run's peak, `peaks`) sets the severity by the one rule; a failure whose
+    free memory the trace does not show is a suspect with no cost (a warning). A cache that
+    holds much more than it hands out while no request failed strands nothing the run needed:
+    it costs 0 bytes, information."""
+    capacity, peak = capacity or {}, peak or {}
     out = []
     names = counters["name"].astype(str) if not counters.empty else pd.Series(dtype=str)
 
@@ -168,7 +235,8 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
         # Free to the program: what the driver has left, plus what a caching allocator holds
         # reserved but not handed out (its holes: where fragmentation strands memory).
         u = at(used, key, row.ts)
-        driver_free = (capacity - u) if capacity and u is not None else None
+        cap = _capacity(capacity, row.device)
+        driver_free = (cap - u) if cap and u is not None else None
         r_, a_ = at(res, key, row.ts), at(alloc, key, row.ts)
         cache_free = (r_ - (a_ or 0)) if r_ is not None else None
         free = None if driver_free is None and cache_free is None else (driver_free or 0) + (cache_free or 0)
@@ -186,6 +254,7 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
             continue
         rank, device = key
         device = None if device is None or pd.isna(device) else int(device)
+        cap, top = _capacity(capacity, device), peak.get((int(rank), -1 if device is None else device))
         ev = [{"ts": int(f.ts), "requested": int(f.bytes), "free": free,
                "largest_free": None if largest is None else int(largest)} for f, free, largest in fl[:cfg.evidence]]
         if fl:
@@ -194,20 +263,23 @@ def _fragmentation(counters: pd.DataFrame, failed: pd.DataFrame, cfg: MemoryConf
             lost = max(known) if known else None
             times = [int(f.ts) for f, _, _ in fl]
             free_text = f"{mib(free0)} free" if free0 is not None else "free memory not in the trace"
+            # Confirmed when the trace shows the free memory (its share sets the severity); a
+            # suspect with no cost (a warning) when it does not.
+            sev, share = memory_severity(lost, cap, top, "MEMORY_FRAGMENTATION")
             msg = (f"rank {rank} device {device}: {len(fl)} allocation(s) failed although "
                    f"{'enough memory was free' if known else 'a smaller block was free'}, e.g. "
                    f"{mib(f0.bytes)} requested with {free_text}"
-                   + (f" but no free block over {mib(largest0)}" if largest0 is not None else ""))
-            # Confirmed when the trace shows the free memory; a suspect (warning) when it does not.
-            sev = Severity.CRITICAL if known else Severity.WARNING
+                   + (f" but no free block over {mib(largest0)}" if largest0 is not None else "")
+                   + (f"; {mib(lost)} free memory unusable, {_of(share, cap, top)}" if known else ""))
             ts, dur, metric = min(times), max(times) - min(times), "unusable_free_bytes"
             value = float(lost) if lost is not None else None
             threshold = float(f0.bytes)
         else:
-            lost = int(frag)
+            lost = 0  # no request was refused: nothing the run needed was stranded
+            sev, _ = memory_severity(lost, cap, top, "MEMORY_FRAGMENTATION")
             msg = (f"rank {rank} device {device}: {mib(frag)} reserved but not allocated ({pct(ratio)} of "
-                   f"reserved); no allocation failed")
-            ts, dur, sev, metric, value = peak_ts, 0, Severity.INFO, "fragmentation_ratio", round(ratio, 6)
+                   f"reserved); no allocation failed, so none of it was stranded")
+            ts, dur, metric, value = peak_ts, 0, "fragmentation_ratio", round(ratio, 6)
             threshold = cfg.fragmentation_ratio
         out.append(Finding(
             code="MEMORY_FRAGMENTATION", severity=sev, title="Memory fragmentation", message=msg, rank=int(rank),

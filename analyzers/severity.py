@@ -1,10 +1,18 @@
 """The one severity rule: a finding's severity follows its cost as a share of the run.
 
-| cost share of the run (time: of the device's step time; memory: of device memory) | severity |
+| cost share of the run | severity |
 |---|---|
 | >= 10% | critical |
 | >= 3%  | warning  |
 | below  | info     |
+
+What the share is of, by what the finding costs (`Finding.cost_unit`):
+
+| cost | share of | when the trace does not tell it |
+|---|---|---|
+| time (`lost_ns`) | the device's step time (the rank's span for QUEUE_CONGESTION's blocked launches and SLOW_RANK's caused waits) | - |
+| memory (`lost_bytes`) | the device's memory capacity: the emulator's preset (`hbm_bytes`), Kineto's `deviceProperties` (`totalGlobalMem`) | the run's peak device memory (reserved, used or live, the largest), the least the device holds: the share is then an upper bound, so at most a warning (`UNKNOWN_CAPACITY`) |
+| memory the trace does not show (an allocation failed, the free memory it could have used is not recorded) | - | a warning: the failure is the evidence, its size is unknown (`UNKNOWN_COST`) |
 
 A finding whose cause the trace cannot name (unexplained) is at most a warning, and a
 measurement that no single fix recovers (device idle while a collective runs: exposed
@@ -32,3 +40,26 @@ def severity(share: float, code: str = "") -> Severity:
            else Severity.INFO)
     cap = CEILING.get(code)
     return min(sev, cap) if cap is not None else sev
+
+
+#: A memory finding's severity when the trace states no capacity (its share is of the run's peak).
+UNKNOWN_CAPACITY = Severity.WARNING
+#: A memory finding's severity when the trace does not show the bytes it costs.
+UNKNOWN_COST = Severity.WARNING
+
+
+def memory_severity(lost_bytes: float | None, capacity: float | None, peak: float | None,
+                    code: str = "") -> tuple[Severity, float | None]:
+    """The severity of a finding costing `lost_bytes` of device memory, and its share: of the
+    device's `capacity` when the trace states it; otherwise of the run's `peak` device memory,
+    at most `UNKNOWN_CAPACITY`. Without a cost (None) or anything to share it of: `UNKNOWN_COST`
+    and no share."""
+    if lost_bytes is not None and lost_bytes <= 0:
+        return severity(0.0, code), 0.0
+    if lost_bytes is not None and capacity:
+        share = float(lost_bytes) / float(capacity)
+        return severity(share, code), share
+    if lost_bytes is not None and peak:
+        share = float(lost_bytes) / float(peak)
+        return min(severity(share, code), UNKNOWN_CAPACITY), share
+    return min(UNKNOWN_COST, CEILING.get(code, UNKNOWN_COST)), None

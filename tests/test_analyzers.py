@@ -108,6 +108,8 @@ def test_memory_leak_grows_by_the_leaked_buffer_each_step():
     (f,) = findings(result, "MEMORY_LEAK")
     assert f.value == pytest.approx(2 * MiB + 512, rel=1e-6)  # the caching allocator rounds up
     assert f.evidence[0]["name"] == "[memory] activations" and f.evidence[0]["count"] == 6
+    # 6 x (2 MiB + 512) of the 1 GiB device: 1.17%, under the severity rule's 3% line
+    assert f.lost_bytes == 6 * (2 * MiB + 512) and f.severity == Severity.INFO
 
 
 def test_cache_warming_up_is_not_a_leak():

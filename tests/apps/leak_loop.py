@@ -1,8 +1,9 @@
-"""Training loop that keeps every step's loss buffer alive by accident.
+"""Training loop that keeps every step's output buffer alive by accident.
 
 Activations are allocated through the caching allocator and freed each step, but the buffer
-holding the step's outputs is appended to a history list "for logging" and never freed:
-4 MiB more device memory is held after every step.
+holding the step's outputs (the logits: batch x sequence x vocabulary) is appended to a history
+list "for logging" and never freed: 512 MiB more device memory is held after every step, 10 GiB
+over the 20 steps (15.6% of the device's 64 GiB).
 """
 
 from runtime_emu import Kernel, acl
@@ -10,7 +11,7 @@ from runtime_emu import Kernel, acl
 MiB = 1 << 20
 STEPS = 20
 ACT_BYTES = 32 * MiB
-KEPT_BYTES = 4 * MiB
+KEPT_BYTES = 512 * MiB
 
 fwd = Kernel("Forward", block_ns=40_000, core="cube")
 bwd = Kernel("Backward", block_ns=80_000, core="cube")
