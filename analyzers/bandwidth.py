@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from analyzers.causality import device_windows
+from analyzers.causality.critical_path import critical_path
 from analyzers.finding import Finding, Severity, Skipped, register
-from analyzers.frames import Frames, cover, merge_intervals, union_ns
+from analyzers.frames import Cover, Frames, cover, intersect_intervals, merge_intervals, union_ns
 from analyzers.memcpy import bandwidth_summary, gbps_text
+from analyzers.severity import severity
 from analyzers.streams import copy_bandwidth
 from msprof_py.trace.units import ms, pct, sig
 
@@ -22,8 +26,6 @@ LINK_OF_KIND = {"Memcpy HtoD": "pcie_h2d", "Memcpy DtoH": "pcie_d2h", "Memcpy Dt
 class BandwidthConfig:
     slow_ratio: float = 0.8  # msprof-analyze: SDMA bandwidth < 0.8x expected while overlapping
     min_lost_ns: int = 20_000
-    warning: float = 0.01  # collectives slowed by copies: loss >= 1% of the rank's span is a warning
-    critical: float = 0.1  # >= 10%: critical
     #: Without a device preset, the reference 'alone' bandwidth comes only from copies of at
     #: least this size (below it, per-copy latency dominates and bytes/duration says nothing
     #: about the link) and within `reference_span` x of the judged copy's size.
@@ -65,17 +67,21 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     stream, the extras add up along the stream (a late copy delays the next one), and across
     streams they overlap, so an interval costs the victim stream's extras (the stream with
     the largest sum; of near-tied streams, the one whose next op was waiting for the copy),
-    capped by the interval's length. Only the part of a copy's overhang past its alone time
-    during which no kernel ran on the device is on the critical path (while the cores still
-    had work, the late copy cost nothing), so that is its cost; a finding's cost is the sum
-    over its intervals, hence never more than the rank's span. One finding per (rank,
-    device, link) costing at least `min_lost_ns`, with one occurrence per slowed copy of the
-    victim stream of each interval (ts, dur, stream, lost). Severity: warning (the copies ran
-    under `slow_ratio` of their alone bandwidth: the rule's own threshold), critical when the
-    cost is >= `critical` of the rank's span. Where the topology puts collectives on the copies' links, collectives
-    overlapping copies are compared with the median duration of the same collective without
-    copies around. Also reported (LOW_OVERLAP): communication not hidden under compute, one
-    finding for the ranks concerned with the window their exposed communication covers.
+    capped by the interval's length. What the run gets back of a copy's overhang past its
+    alone time is only the part during which the rank's critical path
+    (analyzers.causality.critical_path) ran through a transfer of the interval (the copy, another
+    copy on the link, or a collective sharing it) or through no recorded activity, and no kernel
+    ran on the device (the cores waited): while the path ran through compute or host work, or a
+    kernel still ran (the path would move to it), the late copy cost nothing. A finding's cost is
+    the sum over its intervals, so never more than the copies' own extra time nor the rank's span.
+    One finding per (rank, device, link) costing at least `min_lost_ns`, with one occurrence
+    per slowed copy of the victim stream of each interval (ts, dur, stream, lost); its share of
+    the device's step time sets the severity by the one rule (analyzers.severity). Where the
+    topology puts collectives on the copies' links, collectives overlapping copies are compared
+    with the median duration of the same collective without copies around, their extra time
+    bounded by the critical path the same way. Also reported (LOW_OVERLAP): communication not
+    hidden under compute, one finding for the ranks concerned with the window their exposed
+    communication covers.
     """
     copies = copy_bandwidth(frames)
     ops = frames.device_ops
@@ -86,7 +92,8 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     findings: list[Finding] = []
     metrics: dict = {"copies": bandwidth_summary(copies).to_dict("records"),
                      "nominal_gbps": _nominal(preset) if preset else {}}
-    spans = {int(r): max(int(g["end"].max() - g["ts"].min()), 1) for r, g in ops.groupby("rank")}
+    windows = device_windows(frames)
+    step_ns = {key: max(int((w["end"] - w["start"]).sum()), 1) for key, w in windows.items()}
     share_pcie = _collectives_share_copy_links(frames)
     if not copies.empty:
         copies = copies.reset_index(drop=True)
@@ -102,12 +109,12 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
             if not g["slowed"].any():
                 continue
             mine = ops[(ops["rank"] == rank) & (ops["device"] == device)]
-            f = _contention_finding(int(rank), int(device), str(link), g, colls if share_pcie else None,
-                                    mine, spans.get(int(rank), 1), cfg)
+            f = _contention_finding(frames, int(rank), int(device), str(link), g, colls if share_pcie else None,
+                                    mine, step_ns.get((int(rank), int(device)), 1), cfg)
             if f is not None:
                 findings.append(f)
     if share_pcie:
-        findings.extend(_collectives_slowed(colls, copies, spans, cfg))
+        findings.extend(_collectives_slowed(frames, colls, copies, ops, step_ns, cfg))
     overlap = _overlap(ops)
     metrics["comm_compute_overlap"] = overlap
     f = _low_overlap(overlap, cfg)
@@ -191,20 +198,80 @@ def _intervals(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     return ids
 
 
-def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, colls: pd.DataFrame | None,
-                        ops: pd.DataFrame, span: int, cfg: BandwidthConfig) -> Finding | None:
+_STREAM = re.compile(r"stream (-?\d+)")
+
+
+def _path_of(frames: Frames, rank: int) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray]]:
+    """The rank's critical path over the run as what a late transfer can cost: the path's
+    transfer edges (copies and collectives: stream, ts, end) and the time it leaves untraced (no
+    recorded activity on the path: merged intervals). Cached per frames."""
+    key = ("bandwidth.path", rank)
+    if key not in frames._cache:
+        cp = critical_path(frames, rank)
+        seg = cp.segments
+        seg = seg[seg["weight_ns"] > 0]
+        t = seg[seg["cause"].astype(str).isin(("copy", "collective"))]
+        stream = pd.to_numeric(t["where"].astype(str).str.extract(_STREAM)[0], errors="coerce")
+        transfers = pd.DataFrame({"stream": stream.to_numpy(), "ts": t["ts"].to_numpy(np.int64),
+                                  "end": t["end"].to_numpy(np.int64)}).dropna()
+        covered = merge_intervals(seg["ts"].to_numpy(np.int64), seg["end"].to_numpy(np.int64))
+        frames._cache[key] = (transfers, _complement(covered, cp.start, cp.end))
+    return frames._cache[key]
+
+
+def _complement(iv: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) minus disjoint sorted intervals, as disjoint sorted intervals."""
+    starts = np.maximum(np.concatenate([[lo], iv[1]]).astype(np.int64), lo)
+    ends = np.minimum(np.concatenate([iv[0], [hi]]).astype(np.int64), hi)
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def _recoverable(path: tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray]], members: pd.DataFrame,
+                 waiting: tuple[np.ndarray, np.ndarray]) -> Cover:
+    """The time a late transfer among `members` (stream, ts, end: the transfers of one contended
+    interval) costs the run: while the rank's critical path runs through one of them (or through
+    nothing recorded) and the cores wait (`waiting`: no kernel running). While a kernel runs the
+    device still works, and the path would move to that work if the transfer were faster: that
+    time is not lost."""
+    transfers, untraced = path
+    a, b = [untraced[0]], [untraced[1]]
+    for stream, m in members.groupby("stream"):
+        t = transfers[transfers["stream"] == stream]
+        if not t.empty:
+            x, y = intersect_intervals(merge_intervals(t["ts"].to_numpy(), t["end"].to_numpy()),
+                                       merge_intervals(m["ts"].to_numpy(), m["end"].to_numpy()))
+            a.append(x)
+            b.append(y)
+    return Cover(*intersect_intervals(merge_intervals(np.concatenate(a), np.concatenate(b)), waiting))
+
+
+def _waiting(frames: Frames, rank: int, device: int, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """When no kernel ran on the device, over the rank's critical path's region."""
+    kernels = ops[(ops["rank"] == rank) & (ops["device"] == device) & (ops["kind"].astype(str) == "kernel")]
+    busy = cover(kernels)
+    transfers, untraced = _path_of(frames, rank)
+    lo = int(min(untraced[0].min(), ops["ts"].min())) if len(untraced[0]) else int(ops["ts"].min())
+    hi = int(max(untraced[1].max(), ops["end"].max())) if len(untraced[1]) else int(ops["end"].max())
+    return _complement((busy.starts, busy.ends), lo, hi)
+
+
+def _contention_finding(frames: Frames, rank: int, device: int, link: str, g: pd.DataFrame,
+                        colls: pd.DataFrame | None, ops: pd.DataFrame, step_ns: int,
+                        cfg: BandwidthConfig) -> Finding | None:
     """One finding for the slowed copies on one link of one device (see `analyze`)."""
     kind = ", ".join(sorted(g.loc[g["slowed"], "kind"].unique()))
-    ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
+    ts, end, streams = g["ts"].to_numpy(), g["end"].to_numpy(), g["stream"].to_numpy()
     if colls is not None and link.startswith("pcie"):
         cc = colls[(colls["rank"] == rank) & (colls["device"] == device)]
         ts, end = np.concatenate([ts, cc["ts"].to_numpy()]), np.concatenate([end, cc["end"].to_numpy()])
+        streams = np.concatenate([streams, cc["stream"].to_numpy()])
     link_name = f"r{rank}.d{device}.{link}"  # the link as rank.device.link (e.g. r0.d0.pcie_h2d)
     comp = _intervals(ts, end)  # copies first, then the collectives sharing the link
     g = g.assign(interval=comp[: len(g)])
     occurrences = []
-    kernels = ops[(ops["rank"] == rank) & (ops["device"] == device) & (ops["kind"].astype(str) == "kernel")]
-    busy = cover(kernels)
+    path = _path_of(frames, rank)
+    waiting = _waiting(frames, rank, device, ops)
     for _, iv in g.groupby("interval"):
         slowed = iv[iv["slowed"]]
         if slowed.empty:
@@ -212,14 +279,16 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
         per_stream = slowed.groupby("stream")["extra_ns"].sum()
         members = comp == iv["interval"].iloc[0]
         budget = int(end[members].max() - ts[members].min())  # never more than the interval lasted
+        recoverable = _recoverable(path, pd.DataFrame({"stream": streams[members], "ts": ts[members],
+                                                       "end": end[members]}), waiting)
         stream = _delayed_stream(per_stream, slowed, ops, cfg)
         # The occurrences are the slowed copies of the most delayed stream: the work behind them waited.
         for c in slowed[slowed["stream"] == stream].sort_values("ts").itertuples():
-            # Only the overhang past the copy's alone time during which no kernel ran held the
-            # device up; while compute still had work, the slower copy cost nothing.
-            a, b = float(c.ts + c.alone_ns), float(c.end)
-            stalled = (b - a) - float(busy([b])[0] - busy([a])[0]) if b > a else 0.0
-            lost = int(min(max(stalled, 0.0), c.extra_ns, budget))
+            # Only the overhang past the copy's alone time that held the run up counts: while the
+            # critical path ran through compute or host work, the slower copy cost nothing.
+            a, b = int(c.ts + c.alone_ns), int(c.end)
+            stalled = int(recoverable.between(a, b)) if b > a else 0
+            lost = int(min(max(stalled, 0), c.extra_ns, budget))
             budget -= lost
             occurrences.append({"rank": rank, "device": device, "stream": stream, "link": link_name,
                                 "ts_ns": int(c.ts),
@@ -228,11 +297,7 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     lost = int(sum(o["lost_ns"] for o in occurrences))
     if lost < cfg.min_lost_ns:
         return None
-    share = lost / span
-    # Slowed below slow_ratio x alone while sharing the link is the rule's own threshold (a
-    # warning, as msprof-analyze's advisor); it is critical when the delay it puts on the
-    # critical path reaches `critical` of the rank's span.
-    severity = Severity.CRITICAL if share >= cfg.critical else Severity.WARNING
+    share = lost / step_ns
     hit = g[g["slowed"]]
     expected = float((hit["bytes"] / hit["alone_ns"]).median())
     top = hit.sort_values("extra_ns", ascending=False).head(cfg.evidence)
@@ -241,11 +306,13 @@ def _contention_finding(rank: int, device: int, link: str, g: pd.DataFrame, coll
     t0 = min(o["ts_ns"] for o in occurrences)
     t1 = max(o["ts_ns"] + o["dur_ns"] for o in occurrences)
     return Finding(
-        code="BANDWIDTH_CONTENTION", severity=severity, title=f"{kind} slowed by transfers sharing {link}",
+        code="BANDWIDTH_CONTENTION", severity=severity(share, "BANDWIDTH_CONTENTION"),
+        title=f"{kind} slowed by transfers sharing {link}",
         message=(f"rank {rank} device {device}: {len(hit)} {kind} copies on {link} ran at a per-copy rate of "
                  f"{gbps_text(hit['gbps'].mean())} GB/s on average against {gbps_text(expected)} GB/s alone, in "
-                 f"{g.loc[g['slowed'], 'interval'].nunique()} contended interval(s); the "
-                 f"work behind them started {ms(lost)} later ({pct(share)} of the rank's span)"),
+                 f"{g.loc[g['slowed'], 'interval'].nunique()} contended interval(s); {ms(lost)} of their extra "
+                 f"time held up the rank's critical path ({pct(share)} of device step time), what the run would "
+                 f"get back"),
         rank=rank, device=device, stream=occurrences[0]["stream"] if len(occurrences) == 1 else None,
         ts_ns=t0, dur_ns=t1 - t0, metric="achieved_over_alone",
         value=round(float((hit["gbps"] / (hit["bytes"] / hit["alone_ns"])).mean()), 4),
@@ -268,10 +335,11 @@ def _delayed_stream(per_stream: pd.Series, slowed: pd.DataFrame, ops: pd.DataFra
     return int(near.index[0])
 
 
-def _collectives_slowed(colls: pd.DataFrame, copies: pd.DataFrame, spans: dict[int, int],
-                        cfg: BandwidthConfig) -> list[Finding]:
+def _collectives_slowed(frames: Frames, colls: pd.DataFrame, copies: pd.DataFrame, ops: pd.DataFrame,
+                        step_ns: dict[tuple[int, int], int], cfg: BandwidthConfig) -> list[Finding]:
     """Collectives that ran longer while copies crossed their PCIe link, against the same
-    collective (name, bytes) on the same rank without copies around; one finding per rank."""
+    collective (name, bytes) on the same rank without copies around; one finding per rank. A
+    collective's extra time counts as far as it held up the rank's critical path (`_recoverable`)."""
     if colls.empty or copies.empty:
         return []
     c = colls.copy()
@@ -292,26 +360,27 @@ def _collectives_slowed(colls: pd.DataFrame, copies: pd.DataFrame, spans: dict[i
             base = float(clean["dur"].median())
             # Slowed means running at under slow_ratio of the clean speed, i.e. taking 1/slow_ratio longer.
             for s in slowed[slowed["dur"] * cfg.slow_ratio >= base].itertuples():
+                mine = pd.DataFrame({"stream": [s.stream], "ts": [int(s.ts)], "end": [int(s.end)]})
+                held = _recoverable(_path_of(frames, int(rank)), mine, _waiting(frames, int(rank), int(s.device), ops))
+                lost = int(min(held.between(int(s.ts + base), int(s.end)), s.dur - base))
                 occurrences.append({"rank": int(rank), "device": int(s.device), "stream": int(s.stream), "name": name,
-                                    "ts_ns": int(s.ts), "dur_ns": int(s.dur), "lost_ns": int(s.dur - base),
+                                    "ts_ns": int(s.ts), "dur_ns": int(s.dur), "lost_ns": lost,
                                     "slowdown": round(float(s.dur / base), 4)})
         # A collective is one stream's work: its extra durations do not overlap one another.
         lost = sum(o["lost_ns"] for o in occurrences)
         if lost < cfg.min_lost_ns:
             continue
-        span = spans.get(int(rank), 1)
-        share = lost / span
+        share = lost / step_ns.get((int(rank), occurrences[0]["device"]), 1)
         occurrences.sort(key=lambda o: o["ts_ns"])
         t0 = occurrences[0]["ts_ns"]
         t1 = max(o["ts_ns"] + o["dur_ns"] for o in occurrences)
         slow = float(np.median([o["slowdown"] for o in occurrences]))
         out.append(Finding(
-            code="BANDWIDTH_CONTENTION",
-            severity=Severity.CRITICAL if share >= cfg.critical else Severity.WARNING if share >= cfg.warning
-            else Severity.INFO,
+            code="BANDWIDTH_CONTENTION", severity=severity(share, "BANDWIDTH_CONTENTION"),
             title="Collectives slowed by copies on their PCIe link",
             message=(f"rank {rank}: {len(occurrences)} collective(s) ran {sig(slow)}x as long (median) while copies "
-                     f"crossed the same PCIe link; {ms(lost)} lost ({pct(share)} of the rank's span)"),
+                     f"crossed the same PCIe link; {ms(lost)} of it held up the rank's critical path "
+                     f"({pct(share)} of device step time)"),
             rank=int(rank), device=occurrences[0]["device"], stream=occurrences[0]["stream"], ts_ns=t0, dur_ns=t1 - t0,
             metric="slowdown", value=round(slow, 4), threshold=round(1 / cfg.slow_ratio, 4), lost_ns=int(lost),
             occurrences=occurrences[: cfg.max_occurrences],

@@ -256,7 +256,24 @@ def test_delays_add_up_along_a_stream_but_not_across_streams():
     # The same copies under a kernel that runs throughout: nothing waited for them, nothing lost.
     rows[-1] = {"rank": 0, "name": "k", "kind": "kernel", "ts": 0, "dur": 4_000_000, "stream": 4}
     assert findings(run(table(rows, preset=PRESET), ["bandwidth"]), "BANDWIDTH_CONTENTION") == []
-    assert f.severity == Severity.WARNING  # 2.5% of the span: >= 1%, < 10%
+    assert f.severity == Severity.INFO  # 0.1 of the device's 4 ms: 2.5%, under the rule's 3% line
+
+
+def test_slowed_copies_off_the_critical_path_cost_nothing():
+    # The same two copies sharing PCIe H2D while the host decodes for 990 us and only then launches
+    # the kernel: the device idles throughout, but it waits for the host, not for the copies (the
+    # critical path runs through the decode and the launch), so serialising the copies gains nothing.
+    rows = [_copy(1, 0, 400_000, 2_000_000), _copy(2, 1_000, 400_000, 2_000_000),
+            {"rank": 0, "name": "decode", "kind": "data_load", "ts": 0, "dur": 990_000},
+            {"rank": 0, "name": "aclrtLaunchKernel", "kind": "launch", "ts": 990_000, "dur": 5_000, "corr": 7},
+            {"rank": 0, "name": "k", "kind": "kernel", "ts": 1_000_000, "dur": 100_000, "stream": 3, "corr": 7}]
+    assert findings(run(table(rows, preset=PRESET), ["bandwidth"]), "BANDWIDTH_CONTENTION") == []
+    # Launched at once instead, the kernel reads what the later copy brings (a stream-order
+    # dependency: it runs after that copy on stream 2): the path runs through the copy, 200 us lost.
+    rows = [_copy(1, 0, 400_000, 2_000_000), _copy(2, 1_000, 400_000, 2_000_000),
+            {"rank": 0, "name": "k", "kind": "kernel", "ts": 401_000, "dur": 100_000, "stream": 2}]
+    (f,) = findings(run(table(rows, preset=PRESET), ["bandwidth"]), "BANDWIDTH_CONTENTION")
+    assert f.lost_ns == 200_000 and f.occurrences[0]["stream"] == 2
 
 
 def test_copies_on_other_links_do_not_contend():
@@ -295,8 +312,8 @@ def _idle_within(kernels, a: int, b: int) -> int:
     return (b - a) - busy
 
 
-@pytest.mark.parametrize("scenario", ["resnet50-infer", "yolo-pipeline"])
-def test_emulated_contention_costs_the_victims_extra_time(scenario):
+@pytest.mark.parametrize("scenario, share", [("resnet50-infer", 0.0283), ("yolo-pipeline", 0.0061)])
+def test_emulated_contention_costs_the_victims_extra_time(scenario, share):
     from runtime_emu import scenarios
 
     r = scenarios.run(scenario, switches=["bandwidth-contention"], seed=0)
@@ -304,7 +321,8 @@ def test_emulated_contention_costs_the_victims_extra_time(scenario):
              and p["expected"]["manifested"]]
     (f,) = findings(run(r.trace, ["bandwidth"]), "BANDWIDTH_CONTENTION")
     # The loss on the critical path: the part of each victim's overhang past its alone time
-    # during which no kernel ran (the cores waited for the late input), measured here by hand.
+    # during which no kernel ran (the cores waited for the late input: the path ran through the
+    # copy), measured here by hand.
     df = r.trace.table.select(["kind", "ts", "dur", "rank", "device"]).to_pandas()
     kernels = df[df["kind"] == "kernel"]
     stalled = sum(_idle_within(kernels, p["expected"]["victim"]["start_ns"] + p["expected"]["alone_ns"],
@@ -318,7 +336,12 @@ def test_emulated_contention_costs_the_victims_extra_time(scenario):
         w, where = p["when"], p["where"]
         assert any(o["stream"] == where["stream"] and o["ts_ns"] < w["end_ns"] and o["ts_ns"] + o["dur_ns"] > w["start_ns"]
                    for o in f.occurrences)
-    assert f.severity >= Severity.WARNING
+    # Double buffering hides every slowed input copy under compute but the first step's (the
+    # pipeline fill): the emulator's own measure of what the contention cost is a few percent of
+    # the device's time, under the rule's 3% line, and so is the finding's.
+    assert f.lost_ns == pytest.approx(sum(p["expected"]["cost"]["ns"] for p in truth), rel=0.02)
+    assert sum(p["expected"]["cost"]["share"] for p in truth) == pytest.approx(share, rel=0.02)
+    assert f.value < 0.8 and f.severity == Severity.INFO
 
 
 def test_emulated_prefetch_beside_collectives_on_pcie():
@@ -330,15 +353,19 @@ def test_emulated_prefetch_beside_collectives_on_pcie():
         e = p["expected"]
         f = got[p["where"]["rank"]]
         assert {o["stream"] for o in f.occurrences} == {p["where"]["stream"]}
-        # The prefetch copies run back to back on one stream: their delays add up, as far as the
-        # cores waited through them (overhang past the alone time with no kernel running).
+        # The prefetch copies run back to back on one stream beside the all-reduces on the rank's
+        # critical path: their delays add up, as far as the cores waited through them (overhang
+        # past the alone time with no kernel running), which is also the emulator's measure.
         df = r.trace.table.select(["kind", "ts", "dur", "rank", "device", "stream"]).to_pandas()
         mine = df[df["rank"] == p["where"]["rank"]]
         kernels = mine[mine["kind"] == "kernel"]
         victims = mine[(mine["kind"] == "memcpy") & (mine["stream"] == p["where"]["stream"])]
         stalled = sum(_idle_within(kernels, ts + e["alone_ns"], ts + dur) for ts, dur in zip(victims["ts"], victims["dur"]))
         assert 0 < f.lost_ns <= e["copies"] * (e["mean_copy_ns"] - e["alone_ns"]) * 1.02
-        assert f.lost_ns == pytest.approx(stalled, rel=0.02)
+        assert f.lost_ns == pytest.approx(stalled, rel=0.02) == e["cost"]["ns"]
+        # Over 10% of the device's time, by the emulator's measure and the finding's alike.
+        assert e["cost"]["share"] >= 0.10
+        assert f.severity == Severity.CRITICAL
 
 
 @pytest.mark.parametrize("name", ["queue_16rank_rank0", "nccl_2rank_rank0", "ns_resolution_rank0",
