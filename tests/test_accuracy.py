@@ -126,7 +126,7 @@ def test_one_finding_over_two_problems_detects_one():
     rows = {r["problem"]: r for r in ev.Scores([ev.score_run(ev.case("x", ["queue-congestion"]),
                                                              [finding(ts=1_500, dur=2_000)], problems)]).table()}
     assert rows["queue-congestion"] == {"problem": "queue-congestion", "codes": ["QUEUE_CONGESTION"],
-                                             "injected": 2, "matched": 1, "recall": 0.5, "findings": 1,
+                                             "injected": 2, "minor": 0, "matched": 1, "recall": 0.5, "findings": 1,
                                              "true": 1, "precision": 1.0, "target": "MISS"}
 
 
@@ -165,6 +165,40 @@ def test_several_occurrences_of_one_problem_are_one_detection_the_rest_left_out(
     # A second finding on the same problem stays false.
     row = ev.Scores([ev.score_run(ev.case("x", ["queue-congestion"]), [f, finding(ts=1_600)], [problem()])]).table()[0]
     assert (row["findings"], row["true"]) == (3, 1)
+
+
+# ---------------------------------------------------------------- worth a warning
+def costly(share, kind="bandwidth-contention", start=1_000, end=2_000, **where):
+    p = problem(kind, start=start, end=end, **where)
+    p["expected"]["cost"] = {"ns": 1, "share": share, "of": "device span"}
+    return p
+
+
+def test_a_problem_is_owed_a_warning_by_the_severity_rule_on_its_summed_cost_share():
+    # 2% + 2% at one place (rank 0, link r0.d0.pcie_h2d) is 4%: over the rule's 3% line, both owed;
+    # 2% alone on another link is minor; a problem that states no cost is always owed.
+    link = {"link": "r0.d0.pcie_h2d"}
+    problems = [costly(0.02, **link), costly(0.02, start=3_000, end=4_000, **link),
+                costly(0.02, link="r0.d0.pcie_d2h"), costly(0.029), problem()]
+    assert ev.worth_a_warning(problems) == [True, True, False, False, True]
+    assert ev.worth_a_warning([costly(0.03)]) == [True]  # the line itself is a warning
+
+
+def test_minor_problems_are_left_out_of_recall_and_a_finding_on_one_is_true():
+    minor, owed = costly(0.01, stream=2), costly(0.2, start=3_000, end=4_000, stream=5)
+    # Nothing claimed: the owed problem is missed, the minor one is not.
+    run = ev.score_run(ev.case("x", ["bandwidth-contention"]), [], [minor, owed])
+    row = ev.Scores([run]).table()[0]
+    assert {k: row[k] for k in ("injected", "minor", "matched", "recall", "findings", "precision", "target")} == {
+        "injected": 2, "minor": 1, "matched": 0, "recall": 0.0, "findings": 0, "precision": None, "target": "MISS"}
+    assert ev.Scores([run]).reasons()["bandwidth-contention"]["missed"] == {"no warning-or-worse finding of its codes": 1}
+    # A warning on each: both true, recall over the owed one only.
+    claims = [finding("BANDWIDTH_CONTENTION", stream=2, ts=1_500), finding("BANDWIDTH_CONTENTION", stream=5, ts=3_500)]
+    row = ev.Scores([ev.score_run(ev.case("x", ["bandwidth-contention"]), claims, [minor, owed])]).table()[0]
+    assert (row["matched"], row["recall"], row["findings"], row["true"], row["target"]) == (1, 1.0, 2, 2, "PASS")
+    # Only minor problems and nothing claimed: nothing to score.
+    row = ev.Scores([ev.score_run(ev.case("x", ["bandwidth-contention"]), [], [minor])]).table()[0]
+    assert (row["injected"], row["minor"], row["recall"], row["precision"], row["target"]) == (1, 1, None, None, "-")
 
 
 def test_the_assignment_is_a_maximum_matching_not_first_come():
