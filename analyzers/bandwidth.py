@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.causality import device_windows
-from analyzers.causality.critical_path import critical_path
+from analyzers.causality.critical_path import critical_paths
 from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Cover, Frames, cover, intersect_intervals, merge_intervals, union_ns
 from analyzers.memcpy import bandwidth_summary, gbps_text
@@ -204,10 +204,11 @@ _STREAM = re.compile(r"stream (-?\d+)")
 def _path_of(frames: Frames, rank: int) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray]]:
     """The rank's critical path over the run as what a late transfer can cost: the path's
     transfer edges (copies and collectives: stream, ts, end) and the time it leaves untraced (no
-    recorded activity on the path: merged intervals). Cached per frames."""
+    recorded activity on the path: merged intervals). Cached per frames, as are the whole trace's
+    critical paths it reads (shared with reports and other analyzers)."""
     key = ("bandwidth.path", rank)
     if key not in frames._cache:
-        cp = critical_path(frames, rank)
+        cp = critical_paths(frames)[0][rank]
         seg = cp.segments
         seg = seg[seg["weight_ns"] > 0]
         t = seg[seg["cause"].astype(str).isin(("copy", "collective"))]
