@@ -89,8 +89,10 @@ def to_chrome_bytes(trace: Trace, progress: Progress | None = None) -> bytes:
 
 
 def _id_json(text: str) -> bytes:
+    """A flow id as a JSON number when it reads back as one (-2**63 .. 2**64 - 1), else as the
+    string it was (torch_npu writes HostToDevice ids beyond 2**64 as strings)."""
     body = text[1:] if text.startswith("-") else text
-    if body.isdigit() and (len(body) == 1 or not body.startswith("0")):
+    if body.isdigit() and (len(body) == 1 or not body.startswith("0")) and -(2**63) <= int(text) < 2**64:
         return text.encode()
     return _enc.encode(text)
 
