@@ -26,7 +26,7 @@ _PART_OF_KIND = {"kernel": 0, "collective": 1, "memcpy": 2, "memset": 2}
 #: Idle time no gap of the bubble analyzer accounts for (short gaps, time outside its steps).
 UNCLASSIFIED = "unclassified"
 #: Host slices shown in evidence windows.
-HOST_KINDS = ("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle")
+HOST_KINDS = ("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle", "op_compile")
 
 
 def step_breakdown(frames: Frames) -> list[dict[str, Any]]:

@@ -667,9 +667,10 @@ def render(scores: Scores) -> Group:
     parts: list[Any] = [t]
     healthy = sum(1 for r in scores.runs if r.case.healthy)
     parts.append(Text(f"target: precision and recall >= {sig(TARGET)} per kind; findings = claims of the kind's codes "
-                      f"(a finding, or each occurrence it lists); minor = injected problems whose measured cost, "
-                      f"summed per place, is under the severity rule's warning share (analyzers.severity): no "
-                      f"warning is owed, so recall leaves them out (a finding on one is still true)"))
+                      f"(a finding, or each occurrence it lists)"))
+    parts.append(Text("minor = injected problems whose measured cost, summed per place, is under the severity rule's "
+                      "warning share (analyzers.severity): no warning is owed, so recall leaves them out (a finding on "
+                      "one is still true)"))
     parts.append(Text(f"runs: {len(scores.runs)} ({healthy} healthy) of {len(variants)} scenario/switch/parameter "
                       f"variants; seeds {_seeds_text(scores.seeds())}; "
                       f"{ms(sum(r.seconds for r in scores.runs) * NS_PER_MS * 1000)}"))

@@ -80,8 +80,9 @@ VIEWS = ("events", "slices", "counters", "flows", "tasks", "memory", "steps")
 #: The task kinds: device work, and the device-side kinds that are tasks when they carry a corr.
 TASK_KINDS = ("kernel", "memcpy", "memset", "collective")
 DEVICE_SIDE_KINDS = ("wait", "sync", "marker")
-#: Host slices that put work on a stream (frames.host_calls' kinds).
-HOST_CALL_KINDS = ("api", "launch", "sync", "wait")
+#: Host slices that put work on a stream (frames.host_calls' kinds, and op_compile: a call that
+#: compiles an operator and then launches it carries its task's corr).
+HOST_CALL_KINDS = ("api", "launch", "sync", "wait", "op_compile")
 #: A memory counter, by name: allocated / reserved (caching allocator), memory ... used (driver);
 #: the dashboard's MEMORY_COUNTER, in RE2 syntax.
 MEMORY_COUNTER = r"(?i)\b(allocated|reserved)\b|\bmemory\b.*\bused\b"

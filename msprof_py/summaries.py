@@ -106,7 +106,7 @@ class Rows:
             lambda s: s.cummax().shift(1))
         tasks["wait"] = (tasks["ts"] - prev_end).clip(lower=0).fillna(0).astype(np.int64)
         self.tasks = tasks.sort_values(["device", "rank", "ts"], kind="stable")
-        api_kinds = df["kind"].isin(("api", "launch", "sync", "wait"))
+        api_kinds = df["kind"].isin(("api", "launch", "sync", "wait", "op_compile"))
         self.apis = df[(df["ph"] == "X") & api_kinds & ~on_device
                        & ~df["cat"].isin(("user_annotation",))].copy()
         steps = df[(df["kind"] == "step") & (df["ph"] == "X")].copy()

@@ -20,7 +20,7 @@ from msprof_py.trace.units import MiB, ms, sig
 #: Kinds of rows that ran on a device (their `stream` column is a device stream).
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 #: Kinds of rows that are host-side runtime/framework calls.
-HOST_API_KINDS = ("api", "launch", "sync")
+HOST_API_KINDS = ("api", "launch", "sync", "op_compile")
 UNNAMED = "(unnamed)"
 #: The columns `summarize` reads: `info` loads only these from a Parquet table.
 SUMMARY_COLUMNS = ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream")

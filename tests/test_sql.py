@@ -113,7 +113,7 @@ def expect_tasks(df: pd.DataFrame) -> pd.DataFrame:
     is_task = x["stream"].notna() & (x["kind"].isin(DEVICE) | (x["kind"].isin(("wait", "sync", "marker"))
                                                                 & x["corr"].notna()))
     tasks = x[is_task]
-    host = x[~is_task & x["corr"].notna() & x["kind"].isin(("api", "launch", "sync", "wait"))].copy()
+    host = x[~is_task & x["corr"].notna() & x["kind"].isin(("api", "launch", "sync", "wait", "op_compile"))].copy()
     host["is_launch"] = host["kind"] == "launch"
     host = host.sort_values(["rank", "corr", "is_launch", "ts"], kind="stable").drop_duplicates(
         ["rank", "corr"], keep="last")

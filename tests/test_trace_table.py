@@ -188,12 +188,14 @@ def test_ascend_tracks_by_process_name(real_traces):
     launches = {id(c) for f in flow_starts for c in cann if c["tid"] == f["tid"]
                 and us_to_ns(c["ts"]) <= us_to_ns(f["ts"]) <= us_to_ns(c["ts"]) + us_to_ns(c["dur"])}
     syncs = sum("Synchronize" in c["name"] for c in cann)
+    # aclopCompileAndExecute compiles its operator, then launches it: op_compile, not launch.
+    compiles = {id(c) for c in cann if c["name"].startswith("AscendCL@aclopCompile")}
     cann_pid = next(p for p, n in procs.items() if n == "CANN")
     assert Counter(df[df.pid == cann_pid].kind) == Counter({
-        "api": len(cann) - len(launches) - syncs, "launch": len(launches), "sync": syncs,
-        "meta": sum(e.get("ph") == "M" and e["pid"] == cann_pid for e in events),
+        "api": len(cann) - len(launches | compiles) - syncs, "launch": len(launches - compiles), "sync": syncs,
+        "op_compile": len(compiles), "meta": sum(e.get("ph") == "M" and e["pid"] == cann_pid for e in events),
         "flow": len(flow_starts)})
-    assert len(launches) == 146
+    assert len(launches) == 146 and len(compiles) == len(compiles & launches) == 11
     # The Python process's DataLoader spans are data loading; nothing else is.
     loads = df[df.kind == "data_load"]
     assert loads.name.astype(str).tolist() == ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] * 2

@@ -55,11 +55,13 @@ TYPED_COLUMNS = ("rank", "kind", "device", "stream", "corr", "bytes", "addr", "v
 #: not runtime calls); data_load: data loading (a DataLoader's `__next__`); mem_read / mem_write:
 #: a device task's access to a buffer (addr = buffer, corr = the task); alloc_fail: an allocation
 #: that failed (bytes = request, value = largest free block when known); host_idle: a host
-#: thread waiting with nothing to do (for a request, a lock, a queue), not computing.
+#: thread waiting with nothing to do (for a request, a lock, a queue), not computing;
+#: op_compile: a host call compiling an operator before it runs (single-op mode's
+#: aclopCompileAndExecute), with `corr` of the task it launched when it launched one.
 KINDS = (
     "kernel", "memcpy", "memset", "collective", "api", "launch", "sync", "wait",
     "alloc", "free", "counter", "marker", "step", "flow", "meta",
-    "host_work", "data_load", "mem_read", "mem_write", "alloc_fail", "host_idle",
+    "host_work", "data_load", "mem_read", "mem_write", "alloc_fail", "host_idle", "op_compile",
 )
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 

@@ -29,6 +29,9 @@ _MEMCPY_TASK = r"MEMCPY|Memcpy|SDMA"
 _MEMSET_TASK = r"MEMSET|MemSet|Memset"
 _WAIT_TASK = r"EVENT_WAIT|Notify[_ ]?Wait|NOTIFY_WAIT|StreamWait"
 _COLLECTIVE = r"^hcom_|allreduce|allgather|reducescatter|reduce_scatter|broadcast|alltoall|hccl"
+#: AscendCL's operator compile calls: aclopCompile, aclopCompileAndExecute(V2). (The
+#: `AscendCL@opCompile` step inside aclopCompileAndExecute stays an api call under it.)
+_OP_COMPILE = r"(^|@)aclopCompile"
 
 
 class _TaskArgs(msgspec.Struct):
@@ -61,7 +64,7 @@ def derive(raw: RawEvents) -> Typed:
     common.data_loading(raw, t, np.flatnonzero(is_x & host))
     cann_x = np.flatnonzero(is_x & cann)
     cann_names = raw.take("name", cann_x)
-    t.kind[cann_x[matches(cann_names, r"launch|aclopCompile|ExecuteAsync|aclnn.*Launch")]] = "launch"
+    t.kind[cann_x[matches(cann_names, r"launch|ExecuteAsync|aclnn.*Launch")]] = "launch"
     t.kind[cann_x[contains(cann_names, "Synchronize")]] = "sync"
     t.kind[cann_x[contains(cann_names, "StreamWaitEvent")]] = "wait"
 
@@ -92,6 +95,9 @@ def derive(raw: RawEvents) -> Typed:
     flows = np.flatnonzero(t.kind == "flow")
     t.set("corr", flows, common.flow_ids_as_int(raw, flows))
     _link_h2d(raw, t, flows, np.flatnonzero(is_x & cann), hw)
+    # Single-op mode compiles an operator (or finds it compiled) in the call that then runs it:
+    # the call is op_compile, and keeps the correlation of the task it launched.
+    t.kind[cann_x[matches(cann_names, _OP_COMPILE)]] = "op_compile"
 
     common.memory_events(raw, t, ph, name)
     dev_mask = np.zeros(len(raw), dtype=bool)

@@ -379,8 +379,9 @@ def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device
         return
     corr, corr_ok = typed.get("corr")
     step_data, step_ok = typed.get("step")
-    launch = np.flatnonzero(host & corr_ok & step_ok & (typed.kind == "launch"))
-    # The step of the launch with the task's correlation id (the last such launch, in row order).
+    launch = np.flatnonzero(host & corr_ok & step_ok & typed.kind.isin(("launch", "op_compile")))
+    # The step of the launch with the task's correlation id (the last such launch, in row order;
+    # an op_compile call that launched the task is one).
     keys = corr[launch]
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
