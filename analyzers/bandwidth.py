@@ -251,7 +251,7 @@ def _waiting(frames: Frames, rank: int, device: int, ops: pd.DataFrame) -> tuple
     """When no kernel ran on the device, over the rank's critical path's region."""
     kernels = ops[(ops["rank"] == rank) & (ops["device"] == device) & (ops["kind"].astype(str) == "kernel")]
     busy = cover(kernels)
-    transfers, untraced = _path_of(frames, rank)
+    _, untraced = _path_of(frames, rank)
     lo = int(min(untraced[0].min(), ops["ts"].min())) if len(untraced[0]) else int(ops["ts"].min())
     hi = int(max(untraced[1].max(), ops["end"].max())) if len(untraced[1]) else int(ops["end"].max())
     return _complement((busy.starts, busy.ends), lo, hi)
@@ -352,6 +352,7 @@ def _collectives_slowed(frames: Frames, colls: pd.DataFrame, copies: pd.DataFram
         busy[i] = bool(((m["ts"] < row.end) & (m["end"] > row.ts)).any())
     c["with_copies"] = busy
     out = []
+    waiting: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     for rank, r in c.groupby("rank"):
         occurrences = []
         for (name, _nbytes), g in r.groupby(["name", "bytes"], dropna=False):
@@ -361,8 +362,11 @@ def _collectives_slowed(frames: Frames, colls: pd.DataFrame, copies: pd.DataFram
             base = float(clean["dur"].median())
             # Slowed means running at under slow_ratio of the clean speed, i.e. taking 1/slow_ratio longer.
             for s in slowed[slowed["dur"] * cfg.slow_ratio >= base].itertuples():
+                key = (int(rank), int(s.device))
+                if key not in waiting:
+                    waiting[key] = _waiting(frames, *key, ops)
                 mine = pd.DataFrame({"stream": [s.stream], "ts": [int(s.ts)], "end": [int(s.end)]})
-                held = _recoverable(_path_of(frames, int(rank)), mine, _waiting(frames, int(rank), int(s.device), ops))
+                held = _recoverable(_path_of(frames, int(rank)), mine, waiting[key])
                 lost = int(min(held.between(int(s.ts + base), int(s.end)), s.dur - base))
                 occurrences.append({"rank": int(rank), "device": int(s.device), "stream": int(s.stream), "name": name,
                                     "ts_ns": int(s.ts), "dur_ns": int(s.dur), "lost_ns": lost,

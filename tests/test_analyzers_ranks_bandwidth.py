@@ -276,6 +276,24 @@ def test_slowed_copies_off_the_critical_path_cost_nothing():
     assert f.lost_ns == 200_000 and f.occurrences[0]["stream"] == 2
 
 
+def test_a_collective_slowed_by_a_copy_on_its_pcie_link_costs_its_extra_time_on_the_critical_path():
+    # A PCIe-card server: four 1 MB all-reduces on stream 5 take 100 us alone, the last 300 us beside
+    # a 1 MB copy on stream 1 (the copy at its full 10 GB/s: not itself slowed). The all-reduces are
+    # the rank's critical path and no kernel runs: 200 us of the 3.3 ms device time, 6.06%, a warning.
+    colls = [{"rank": 0, "name": "allreduce", "kind": "collective", "ts": t, "dur": d, "stream": 5,
+              "bytes": 1_000_000} for t, d in ((0, 100_000), (1_000_000, 100_000), (2_000_000, 100_000),
+                                               (3_000_000, 300_000))]
+    rows = [*colls, _copy(1, 3_000_000, 100_000, 1_000_000)]
+    (f,) = findings(run(table(rows, preset=PRESET, topology={"intra": "pcie"}), ["bandwidth"]), "BANDWIDTH_CONTENTION")
+    assert f.title == "Collectives slowed by copies on their PCIe link"
+    assert (f.lost_ns, f.value, f.severity) == (200_000, 3.0, Severity.WARNING)
+    assert [(o["ts_ns"], o["lost_ns"]) for o in f.occurrences] == [(3_000_000, 200_000)]
+    # A kernel running through the slow all-reduce: the device still worked, nothing to get back.
+    kernel = {"rank": 0, "name": "k", "kind": "kernel", "ts": 3_000_000, "dur": 300_000, "stream": 2}
+    assert findings(run(table([*rows, kernel], preset=PRESET, topology={"intra": "pcie"}), ["bandwidth"]),
+                    "BANDWIDTH_CONTENTION") == []
+
+
 def test_copies_on_other_links_do_not_contend():
     rows = [_copy(1, 0, 400_000, 2_000_000), _copy(2, 0, 400_000, 2_000_000, name="Memcpy DtoH")]
     assert findings(run(table(rows, preset=PRESET), ["bandwidth"]), "BANDWIDTH_CONTENTION") == []
