@@ -58,6 +58,7 @@ TYPED_COLUMNS = ("rank", "kind", "device", "stream", "corr", "bytes", "addr", "v
 #: thread waiting with nothing to do (for a request, a lock, a queue), not computing;
 #: op_compile: a host call compiling an operator before it runs (single-op mode's
 #: aclopCompileAndExecute), with `corr` of the task it launched when it launched one.
+#: A kernel row's value is the blocks it launched, its addr the cores of its kind on its device.
 KINDS = (
     "kernel", "memcpy", "memset", "collective", "api", "launch", "sync", "wait",
     "alloc", "free", "counter", "marker", "step", "flow", "meta",

@@ -103,7 +103,7 @@ def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress 
     with _gc_paused():
         raw = chrome.decode(data, where=str(path), lenient=lenient, extras=not analysis_only)
         del data
-        trace = from_raw(raw, where=str(path), analysis_only=analysis_only)
+        trace = from_raw(raw, where=str(path), analysis_only=analysis_only, source=Path(path))
     if progress:
         progress("parse", 1, 1)
     return trace
@@ -138,14 +138,18 @@ def detect(raw: RawEvents) -> str:
     return "chrome"
 
 
-def from_raw(raw: RawEvents, *, where: str = "trace", analysis_only: bool = False) -> Trace:
-    """Turn decoded raw events into a typed, sorted table (`analysis_only`: see import_trace)."""
+def from_raw(raw: RawEvents, *, where: str = "trace", analysis_only: bool = False,
+             source: Path | None = None) -> Trace:
+    """Turn decoded raw events into a typed, sorted table (`analysis_only`: see import_trace).
+
+    `source`: the file the events came from, for facts its profiler keeps beside it (torch_npu's
+    output folder: kernels' block dims and core counts)."""
     fmt = detect(raw)
     if fmt == "msprof-py":
         return _from_export(raw, where, analysis_only)
     origin = int(raw.ts_ns[raw.has_ts].min()) if raw.has_ts.any() else 0
     if fmt == ascend.FORMAT:
-        typed = ascend.derive(raw)
+        typed = ascend.derive(raw, source)
         world = None
     elif fmt == kineto.FORMAT:
         typed = kineto.derive(raw)

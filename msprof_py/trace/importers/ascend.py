@@ -7,11 +7,17 @@ CANN versions.
 
 from __future__ import annotations
 
+import csv
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv as pa_csv
 
 from msprof_py.trace.importers import common
 from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
@@ -40,6 +46,8 @@ class _TaskArgs(msgspec.Struct):
     device_id: Any = msgspec.field(default=None, name="Device Id")
     size: Any = msgspec.field(default=None, name="size(Byte)")
     data_size: Any = msgspec.field(default=None, name="data size(B)")
+    task_id: Any = msgspec.field(default=None, name="Task Id")
+    block_dim: Any = msgspec.field(default=None, name="Block Dim")
 
 
 def looks_like(raw: RawEvents) -> bool:
@@ -47,8 +55,13 @@ def looks_like(raw: RawEvents) -> bool:
     return bool({_HW, _CANN, _OVERLAP} & names) or any(_COMM.match(n) for n in names)
 
 
-def derive(raw: RawEvents) -> Typed:
-    """Fill typed columns from the Ascend conventions (tasks, AscendCL APIs, HCCL, flows)."""
+def derive(raw: RawEvents, source: Path | None = None) -> Typed:
+    """Fill typed columns from the Ascend conventions (tasks, AscendCL APIs, HCCL, flows).
+
+    `source`: the trace file, when it sits in its profiler's output folder (torch_npu's
+    `*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json`): the folder's kernel_details.csv and
+    device info.json give kernels their block dim and core count (see `_kernel_shape`).
+    """
     t = Typed(raw)
     ph, name, cat = common.base_kinds(raw, t)
     procs = common.process_names(raw)
@@ -98,6 +111,7 @@ def derive(raw: RawEvents) -> Typed:
     # Single-op mode compiles an operator (or finds it compiled) in the call that then runs it:
     # the call is op_compile, and keeps the correlation of the task it launched.
     t.kind[cann_x[matches(cann_names, _OP_COMPILE)]] = "op_compile"
+    _kernel_shape(raw, t, dev_rows[kinds == CODE["kernel"]], targs, kinds == CODE["kernel"], source)
 
     common.memory_events(raw, t, ph, name)
     dev_mask = np.zeros(len(raw), dtype=bool)
@@ -115,6 +129,140 @@ def _collective_parts(raw: RawEvents, t: Typed, rows: np.ndarray) -> None:
     found = [_HCOM_OP.match(n or "") for n in raw.take("name", rows).to_pylist()]
     common.collective_parts(raw, t, rows, [m.group(1) if m else None for m in found],
                             [int(m.group(2)) if m else None for m in found])
+
+
+#: A kernel's core kind, by kernel_details.csv's "Accelerator Core" or the task's "Task Type":
+#: cube (AI) cores or vector cores. A mix kernel's block dim counts the blocks of its main kind.
+#: A task type of AI_CORE names the task queue, not the core: 910B runs vector kernels as AI_CORE
+#: tasks, so alone it says cube cores only on a device without vector cores.
+_CUBE = ("AI_CORE", "MIX_AIC")
+_VECTOR = ("AI_VECTOR_CORE", "MIX_AIV", "AIV_SQE")
+#: Output folders whose parent holds the device info (`[PROF_*/]device_N/info.json.N`):
+#: torch_npu's, and msprof's own.
+_OUTPUT_DIRS = ("ASCEND_PROFILER_OUTPUT", "mindstudio_profiler_output")
+
+
+def _kernel_shape(raw: RawEvents, t: Typed, kern: np.ndarray, targs: list[_TaskArgs], is_kern: np.ndarray,
+                  source: Path | None) -> None:
+    """A kernel's blocks (`value`) and the cores of its kind on its device (`addr`).
+
+    Blocks: the task's "Block Dim" arg; torch_npu's timeline has none, and its kernel_details.csv
+    (beside trace_view.json) has each task's Block Dim and Accelerator Core, found by the task's
+    start, stream and task id (a Block Dim of 0, a DSA or HCCL task's, is none). Cores: the
+    device's "ai_core_num" (cube) or "aiv_num" (vector) from its info.json, where the output
+    folder keeps it (all devices alike: any kernel's; else the kernel's device's). Null where
+    none of them says.
+    """
+    if not len(kern):
+        return
+    args = [targs[i] for i in np.flatnonzero(is_kern).tolist()]
+    blocks = np.array([to_int(a.block_dim) for a in args], dtype=object)
+    core_kind = np.array([a.task_type if isinstance(a.task_type, str) else None for a in args], dtype=object)
+    from_details = np.zeros(len(kern), dtype=bool)
+    details = _kernel_details(source)
+    if details is not None:
+        stream, stream_ok = t.get("stream")
+        left = pa.table({"ts": pa.array(raw.ts_ns[kern]), "stream": pa.array(stream[kern].astype(np.int64), mask=~stream_ok[kern]),
+                         "task": pa.array([to_int(a.task_id) for a in args], type=pa.int64()),
+                         "row": pa.array(np.arange(len(kern)))})
+        keys = [k for k in ("ts", "stream", "task") if k in details.column_names]
+        hit = left.select([*keys, "row"]).join(details, keys=keys, join_type="inner")
+        rows = hit.column("row").to_numpy()
+        once = np.bincount(rows, minlength=len(kern))[rows] == 1  # a key twice in the file: ambiguous
+        rows = rows[once]
+        dims = hit.column("block_dim").to_numpy(zero_copy_only=False)[once]
+        missing = np.array([b is None for b in blocks[rows]], dtype=bool) & ~np.isnan(dims.astype(np.float64))
+        blocks[rows[missing]] = dims[missing].astype(np.int64)
+        if "core" in hit.column_names:
+            cores = np.array(hit.column("core").to_pylist(), dtype=object)[once]
+            known = np.array([c is not None for c in cores], dtype=bool)
+            core_kind[rows[known]] = cores[known]
+            from_details[rows[known]] = True
+    # Block Dim 0: a task that runs on no cores (DSA, HCCL): no block count.
+    t.set("value", kern, np.array([float(b) if b is not None and b > 0 else np.nan for b in blocks]))
+    counts = _core_counts(source)
+    if not counts:
+        return
+    kinds = common.strings(core_kind.tolist())
+    vector_task = mask_of(kinds, _VECTOR)
+    cube_task = mask_of(kinds, _CUBE)
+    ai_core_queue = mask_of(kinds, ("AI_CORE",)) & ~from_details
+    # The device's counts: the one set when every device has the same, else the kernel's own.
+    device, device_ok = t.get("device")
+    cube, vector = np.zeros(len(kern), dtype=np.int64), np.zeros(len(kern), dtype=np.int64)
+    no_vector = np.zeros(len(kern), dtype=bool)
+    same = len(set(counts.values())) == 1
+    for dev_id, (aic, aiv) in counts.items():
+        on = np.ones(len(kern), dtype=bool) if same else device_ok[kern] & (device[kern] == dev_id)
+        cube[on], vector[on], no_vector[on] = aic or 0, aiv or 0, aiv == 0
+    addr = np.where(vector_task, vector, np.where(cube_task & ~(ai_core_queue & ~no_vector), cube, 0))
+    t.set("addr", kern[addr > 0], addr[addr > 0])
+
+
+_DETAIL_COLUMNS = {"Start Time(us)": "ts", "Stream ID": "stream", "Task ID": "task", "Block Dim": "block_dim",
+                   "Accelerator Core": "core"}
+
+
+def _kernel_details(source: Path | None) -> pa.Table | None:
+    """torch_npu's kernel_details.csv beside the trace: ts (ns), stream, task, block_dim, core;
+    None when there is none or it lacks a start time or a block dim."""
+    if source is None or source.parent.name != "ASCEND_PROFILER_OUTPUT":
+        return None
+    path = source.parent / "kernel_details.csv"
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            header = next(csv.reader([fh.readline()]), [])
+        wanted = [c for c in _DETAIL_COLUMNS if c in header]
+        if not {"Start Time(us)", "Block Dim"} <= set(wanted):
+            return None
+        table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
+            include_columns=wanted, column_types={c: pa.string() for c in wanted}))
+    except (OSError, UnicodeDecodeError, pa.ArrowInvalid):
+        return None
+    cols = {}
+    for name in wanted:
+        text = pc.utf8_trim_whitespace(table.column(name).combine_chunks())
+        key = _DETAIL_COLUMNS[name]
+        if key == "ts":
+            cols[key] = _us_text_to_ns(text)
+        elif key == "core":
+            cols[key] = text
+        else:
+            cols[key] = pc.cast(pc.struct_field(pc.extract_regex(text, r"^(?P<v>\d{1,18})$"), "v"), pa.int64())
+    return pa.table(cols)
+
+
+def _us_text_to_ns(text: pa.Array) -> pa.Array:
+    """Microseconds written with up to three decimals ("1736408883704643.212") as exact int64 ns;
+    null where the text is something else."""
+    parts = pc.extract_regex(text, r"^(?P<us>\d{1,16})(?:\.(?P<frac>\d{0,3}))?$")
+    us = pc.cast(pc.struct_field(parts, "us"), pa.int64())
+    us = pc.if_else(pc.less(us, (2**63 - 1) // 1000), us, pa.scalar(None, pa.int64()))  # int64 ns
+    frac = pc.utf8_rpad(pc.fill_null(pc.struct_field(parts, "frac"), ""), width=3, padding="0")
+    return pc.add(pc.multiply(us, 1000), pc.cast(frac, pa.int64()))
+
+
+def _core_counts(source: Path | None) -> dict[int, tuple[int | None, int | None]]:
+    """Device id -> (AI / cube cores, vector cores) from the device info.json files of the output
+    folder the trace sits in ({"DeviceInfo": [{"id", "ai_core_num", "aiv_num", ...}]})."""
+    if source is None or source.parent.name not in _OUTPUT_DIRS:
+        return {}
+    base = source.parent.parent
+    out: dict[int, tuple[int | None, int | None]] = {}
+    for path in sorted([*base.glob("PROF_*/device_*/info.json*"), *base.glob("device_*/info.json*")]):
+        if path.name.endswith(".done") or not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        infos = doc.get("DeviceInfo") if isinstance(doc, dict) else None
+        for info in infos if isinstance(infos, list) else []:
+            if isinstance(info, dict) and to_int(info.get("id")) is not None:
+                aic, aiv = to_int(info.get("ai_core_num")), to_int(info.get("aiv_num"))
+                if aic is not None or aiv is not None:
+                    out[to_int(info.get("id"))] = (aic, aiv)  # type: ignore[index]
+    return out
 
 
 def _track_of(proc: str) -> str:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Any
+from operator import attrgetter
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -92,7 +93,7 @@ def derive(raw: RawEvents) -> Typed:
     runtime_cats, device_cats = _classify(raw, is_x, flows)
 
     dev = np.flatnonzero(is_x & raw.is_in("cat", tuple(device_cats)))
-    dargs = common.int_args(raw, dev, {"device": "device", "stream": "stream", "corr": "correlation", "bytes": "bytes"})
+    dargs, grids = _device_args(raw, dev)
     # Kineto writes device rows with pid = device and tid = stream (or queue); args win when present.
     t.set("device", dev, pc.coalesce(dargs["device"], pa.array(raw.pid[dev])))
     t.set("stream", dev, pc.coalesce(dargs["stream"], pa.array(raw.tid[dev])))
@@ -119,12 +120,180 @@ def derive(raw: RawEvents) -> Typed:
 
     ac2g = np.flatnonzero((t.kind == "flow") & raw.is_in("cat", ("ac2g",)))
     t.set("corr", ac2g, common.flow_ids_as_int(raw, ac2g))
+    _kernel_shape(raw, t, dev, rt, grids)
 
     common.memory_events(raw, t, ph, name)
     device_rows = np.zeros(len(raw), dtype=bool)
     device_rows[dev] = True
     common.steps(raw, t, name, ~device_rows, device_rows)
     return t
+
+
+#: HIP launches whose "grid" Kineto records in work items (threads), not blocks: roctracer
+#: reads their global work size where hipModuleLaunchKernel has its grid.
+_WORK_ITEM_LAUNCHES = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
+#: Top-level keys only Kineto's ROCm builds write (besides HIP runtime call names).
+_ROCM_KEYS = {"roctracer_version", "hip_runtime_version", "hip_driver_version"}
+#: "blocks per SM" is the grid's blocks / the device's SMs, a float32 that Kineto prints either
+#: exactly or with six decimals: it is off that quotient by at most half the sixth decimal plus
+#: float32 rounding.
+_PER_SM_ABS, _PER_SM_REL = 5e-7, 2.0**-23
+
+
+#: A grid or block dimension (CUDA and HIP hold them in 32 bits): larger is no launch's.
+_Dim = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
+
+
+class _GridArg(msgspec.Struct, gc=False):
+    dims: tuple[_Dim, _Dim, _Dim] | None = msgspec.field(default=None, name="grid")
+
+
+class _BlockArg(msgspec.Struct, gc=False):
+    dims: tuple[_Dim, _Dim, _Dim] | None = msgspec.field(default=None, name="block")
+
+
+class _DeviceArgs(msgspec.Struct, gc=False):
+    device: int | None = None
+    stream: int | None = None
+    corr: int | None = msgspec.field(default=None, name="correlation")
+    bytes: int | None = None
+    grid: tuple[_Dim, _Dim, _Dim] | None = None
+
+
+_DEVICE_ARGS = msgspec.json.Decoder(list[_DeviceArgs])
+
+
+def _device_args(raw: RawEvents, dev: np.ndarray) -> tuple[dict[str, pa.Array], pa.Array | None]:
+    """The device rows' device, stream, corr and bytes (as common.int_args gives them) and their
+    "grid", in one pass over their args; when a row holds something odd, int_args and no grid
+    (`_kernel_shape` then decodes the kernels' grids on their own)."""
+    if len(dev):
+        try:
+            rows = _DEVICE_ARGS.decode(raw.args_array_json(dev))
+            out = {k: pa.array(map(attrgetter(k), rows), type=pa.int64(), size=len(rows))
+                   for k in ("device", "stream", "corr", "bytes")}
+            return out, pa.array(map(attrgetter("grid"), rows), type=pa.list_(pa.int64()), size=len(rows))
+        except (msgspec.ValidationError, OverflowError):
+            pass
+    return common.int_args(raw, dev, {"device": "device", "stream": "stream", "corr": "correlation", "bytes": "bytes"}), None
+
+
+class _PerSmArg(msgspec.Struct, gc=False):
+    per_sm: float | None = msgspec.field(default=None, name="blocks per SM")
+
+
+def _kernel_shape(raw: RawEvents, t: Typed, dev: np.ndarray, rt: np.ndarray, grids: pa.Array | None) -> None:
+    """A kernel row's blocks (`value`: the product of its "grid") and its device's cores (`addr`:
+    the SMs / CUs, "numSms" of the device's `deviceProperties` entry).
+
+    Blocks: CUDA's grid is in blocks. ROCm's is in blocks for hipLaunchKernel and its kin, in
+    work items for `_WORK_ITEM_LAUNCHES` (blocks: the grid over the block, rounded up, per
+    dimension); a ROCm kernel whose launch call is not in the trace has no block count.
+    Cores: when every device in `deviceProperties` has the same count, every kernel ran on one
+    of them; else the entry whose id is the kernel's device, on CUDA only (ROCm numbers a
+    kernel's device among all HSA agents, CPUs first, not as deviceProperties does). Without
+    one (HTA-style traces drop deviceProperties), a CUDA device's count is the one its kernels'
+    "blocks per SM" (grid blocks / SMs) imply, when all of them agree on one whole number within
+    the figure's printed precision; else null.
+    """
+    is_kern = t.kind.codes[dev] == CODE["kernel"]
+    kern = dev[is_kern]
+    if not len(kern):
+        return
+    # The grid comes with the device args' pass; block and blocks per SM only where they are needed.
+    grid, has_grid = _dims(raw, kern, _GridArg, None if grids is None else grids.filter(pa.array(is_kern)))
+    grid_blocks = np.prod(grid.astype(np.float64), axis=1)
+
+    corr, corr_ok = t.get("corr")
+    rt_names = common.distinct(raw.take("name", rt))
+    rocm = bool(matches(rt_names, r"^hip", ignore_case=False).any()) or bool(_ROCM_KEYS & raw.top.keys())
+    blocks = np.where(has_grid, grid_blocks, np.nan)
+    if rocm:
+        launched = rt[corr_ok[rt]]
+        by_items = np.isin(corr[kern], corr[rt[mask_of(rt_names, _WORK_ITEM_LAUNCHES) & corr_ok[rt]]]) & corr_ok[kern]
+        known = np.isin(corr[kern], corr[launched]) & corr_ok[kern]
+        items = np.flatnonzero(by_items & has_grid)
+        block, has_block = _dims(raw, kern[items], _BlockArg)
+        has_block &= (block > 0).all(axis=1)
+        blocks[by_items] = np.nan
+        blocks[items[has_block]] = np.prod(np.ceil(grid[items[has_block]] / block[has_block]), axis=1)
+        blocks[~known] = np.nan
+    t.set("value", kern, blocks)
+
+    device, device_ok = t.get("device")
+    kdev = np.where(device_ok[kern], device[kern].astype(np.int64), -1)
+    cores = np.full(len(kern), -1, dtype=np.int64)
+    props = _sm_counts(raw.top.get("deviceProperties"))
+    if props is not None:
+        counts = set(props.values())
+        if len(counts) == 1 and None not in counts:
+            cores[:] = counts.pop()
+        elif not rocm:
+            for dev_id, n in props.items():
+                if n is not None:
+                    cores[kdev == dev_id] = n
+    rest = (cores < 0) & (kdev >= 0)
+    if rest.any():
+        per_sm = np.full(len(kern), np.nan)
+        said = np.flatnonzero(rest & has_grid)
+        per_sm[said] = pa.array(map(attrgetter("per_sm"), common.decode_args(raw, kern[said], _PerSmArg)),
+                                type=pa.float64(), size=len(said)).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        cores[rest] = _cores_from_per_sm(grid_blocks, per_sm, has_grid & rest, kdev, rest)
+    has = cores > 0
+    t.set("addr", kern[has], cores[has])
+
+
+def _cores_from_per_sm(blocks: np.ndarray, per_sm: np.ndarray, usable: np.ndarray, device: np.ndarray,
+                       wanted: np.ndarray) -> np.ndarray:
+    """The SMs of each `wanted` kernel's device as its kernels' "blocks per SM" say (-1: unsaid).
+
+    A kernel pins its device's count n when the printed figure's error bounds leave one whole n
+    with blocks / n within them; a device has a count when its kernels that pin one all pin the
+    same, and every kernel's figure is blocks / that count within the bounds.
+    """
+    out = np.full(int(wanted.sum()), -1, dtype=np.int64)
+    said = usable & (per_sm > 0)
+    if not said.any():
+        return out
+    bps = np.where(said, per_sm, 1.0)
+    n = np.rint(blocks / bps)
+    slack = _PER_SM_ABS + _PER_SM_REL * bps
+    fits = said & (n >= 1) & (np.abs(blocks / np.maximum(n, 1) - bps) <= slack)
+    pins = fits & (n * slack / bps < 0.5)
+    for d in np.unique(device[wanted]).tolist():
+        on = device == d
+        found = np.unique(n[pins & on])
+        if len(found) == 1 and found[0] < 2**31 and not (said & on & ~fits).any() \
+                and (np.abs(blocks / found[0] - bps) <= slack)[said & on].all():
+            out[(device == d)[wanted]] = int(found[0])
+    return out
+
+
+def _dims(raw: RawEvents, rows: np.ndarray, struct: type, lists: pa.Array | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """An [x, y, z] arg of `rows` (`lists`, when decoded already) as an (n, 3) int64 array (1s
+    where a row has none), and which rows have one."""
+    if lists is None:
+        lists = pa.array(map(attrgetter("dims"), common.decode_args(raw, rows, struct)), type=pa.list_(pa.int64()),
+                         size=len(rows))
+    ok = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False) == 3
+    out = np.ones((len(lists), 3), dtype=np.int64)
+    if ok.any():
+        out[ok] = pc.list_flatten(lists.filter(pa.array(ok))).to_numpy(zero_copy_only=False).reshape(-1, 3)
+    ok &= (out >= 0).all(axis=1)
+    return out, ok
+
+
+def _sm_counts(props: Any) -> dict[int, int | None] | None:
+    """Device id -> "numSms" of Kineto's `deviceProperties` (None: the entry has no count)."""
+    if not isinstance(props, list) or not props:
+        return None
+    out: dict[int, int | None] = {}
+    for p in props:
+        if not isinstance(p, dict) or to_int(p.get("id")) is None:
+            return None
+        n = to_int(p.get("numSms"))
+        out[to_int(p.get("id"))] = n if n is not None and n > 0 else None  # type: ignore[index]
+    return out
 
 
 class _CommArgs(msgspec.Struct):
