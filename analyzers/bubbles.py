@@ -26,6 +26,7 @@ CODES = {
     "host": "BUBBLE_HOST_LAUNCH",
     "sync": "BUBBLE_SYNC",
     "blocking_copy": "BUBBLE_BLOCKING_COPY",
+    "compile": "BUBBLE_OP_COMPILE",
     "data": "BUBBLE_DATA",
     "host_idle": "BUBBLE_HOST_IDLE",
     "copy": "BUBBLE_COPY",

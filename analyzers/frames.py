@@ -110,8 +110,9 @@ class Frames:
 
     @cached_property
     def launches(self) -> pd.DataFrame:
-        """Host calls that put work on a stream (kind launch), with the device op they created."""
-        mask = self.kind_mask(("launch",)) & self.table.column("corr").is_valid().to_numpy(zero_copy_only=False)
+        """Host calls that put work on a stream (kind launch, or op_compile: a call that compiled an
+        operator and then launched it), with the device op they created."""
+        mask = self.kind_mask(("launch", "op_compile")) & self.table.column("corr").is_valid().to_numpy(zero_copy_only=False)
         return self._frame(mask, ("rank", "ph", "name", "ts", "dur", "pid", "tid", "corr", "kind"))
 
     @cached_property

@@ -541,10 +541,11 @@ static void task_row(Ctx *c, Part *pt, int64_t i, const int64_t *f) {
     put32(c, pt, C_STREAM, i, f[3], 0);
     put64(c, pt, C_CORR, i, f[9], f[9] == NUL);
     put64(c, pt, C_BYTES, i, f[12], f[12] == NUL);
-    /* a kernel's addr: the cores of its pool (field 14, a wait's event id); value: its block dim */
+    /* addr: a kernel's pool's cores, an event wait's or record's event (field 14); value: a
+     * kernel's block dim */
     int64_t kind = f[7];
-    int kern = kind == K_KERNEL;
-    put64(c, pt, C_ADDR, i, kern ? f[14] : 0, !kern || f[14] == NUL);
+    int kern = kind == K_KERNEL, addr14 = kern || kind == K_WAIT || kind == K_RECORD;
+    put64(c, pt, C_ADDR, i, addr14 ? f[14] : 0, !addr14 || f[14] == NUL);
     putf64(c, pt, i, kern ? (double)f[10] : 0.0, !kern || f[10] == NUL);
     put32(c, pt, C_STEP, i, f[15], f[15] == NUL);
     /* args: the head every kind has, then the kind's own members; null with a null part */

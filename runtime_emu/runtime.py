@@ -53,7 +53,7 @@ __all__ = ["CUT_TASK_ROWS", "HOST_WORK_KINDS", "MEMCPY_DEVICE_TO_DEVICE", "MEMCP
            "MEMCPY_HOST_TO_HOST", "EmuResult", "Runtime", "Switches"]
 
 #: What `host_work` may record: host computation, or data loading (trace kinds of the same names).
-HOST_WORK_KINDS: Final = ("host_work", "data_load", "host_idle")
+HOST_WORK_KINDS: Final = ("host_work", "data_load", "host_idle", "op_compile")
 DEVICE_SPAN: Final = 1 << 40
 
 # Public API arguments come from user programs. The runtime checks them itself and raises the
@@ -316,8 +316,9 @@ class Runtime:
     def host_work(self, name: str, duration_ns: Any, kind: str = "host_work") -> None:
         """Host-side computation the device waits on: the thread is busy for duration_ns.
         `kind` says what it is: "host_work" (preprocessing, NMS...), "data_load" (reading
-        and decoding the next batch, as a DataLoader does) or "host_idle" (waiting with nothing
-        to do: for the next request, a lock, a queue)."""
+        and decoding the next batch, as a DataLoader does), "host_idle" (waiting with nothing
+        to do: for the next request, a lock, a queue) or "op_compile" (compiling an operator
+        before its first launch, as single-op mode's aclopCompileAndExecute does)."""
         th = self._enter()
         if kind not in HOST_WORK_KINDS:
             raise AclError(E.ACL_ERROR_INVALID_PARAM,

@@ -126,11 +126,14 @@ _TASK_HEAD = ('{"Task Type":"', pc.field("task_type"), '","Stream Id":', _str(_T
 #: Field 14 is not a nullable field (a wait's event id is never NULL), so NULL (-1) is masked here.
 _KERNEL_SHAPE = {"value": _field(10).cast(pa.float64()),
                  "addr": pc.if_else(pc.equal(_field(14), -1), pa.scalar(None, pa.int64()), _field(14))}
+#: An event wait's or record's addr: its event (the wait and the record that releases it share it).
+_EVENT_ID = {"addr": _field(14)}
 _EVENT_ARGS = _cat(*_TASK_HEAD, ',"Event Id":', _str(_field(14)), "}")
 #: Per task kind, the projection of its rows: each kind's args is evaluated over its own rows
 #: only (an if_else over the kinds would format every row once per kind).
 _TASK_PROJECTIONS = {
-    kind: _projection({**_TASK_COLUMNS, **(_KERNEL_SHAPE if kind == K_KERNEL else {}), "args": args})
+    kind: _projection({**_TASK_COLUMNS, **(_KERNEL_SHAPE if kind == K_KERNEL else _EVENT_ID if kind in (K_WAIT, K_RECORD)
+                                           else {}), "args": args})
     for kind, args in (
         (K_KERNEL, _cat(*_TASK_HEAD, ',"Block Dim":', _str(_field(10)), ',"Waves":', _str(_field(11)),
                         ',"OP Type":"', pc.field("op_type"), '"}')),

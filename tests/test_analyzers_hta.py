@@ -119,5 +119,5 @@ def test_all_analyzers_run_on_every_real_trace(real_traces, name):
 
     result = run(import_trace(real_traces / "kineto" / f"{name}.json.gz"))
     assert set(result.skipped) | {f.analyzer for f in result.findings} <= {
-        "bandwidth", "bubbles", "launch", "links", "memory", "queue", "ranks", "sync"}
+        "bandwidth", "bubbles", "cores", "launch", "links", "memory", "queue", "ranks", "sync"}
     assert all(f.lookup is not None and f.lookup.remedy for f in result.findings)

@@ -174,6 +174,25 @@ def test_an_event_wait_is_charged_to_the_other_streams_task_that_released_it():
         (100, 600, "copy", 1), (600, 602, "dispatch", 2)]
 
 
+def test_a_wait_that_names_its_event_is_released_by_that_events_record_not_by_whatever_ended_last():
+    # The copy on stream 1 ends at 600 and fires event 7's record; a copy on stream 3 ends at 601,
+    # just before the wait on stream 2 ends (602). By timing alone stream 3 released it; the
+    # wait and the record name event 7 (`addr`), so it was stream 1's copy.
+    rows = [launch(0, 5, 1), task("K1", "kernel", 1, 10, 90, 1),
+            launch(5, 5, 2), task("copy", "memcpy", 1, 100, 500, 2),
+            launch(6, 2, 6), task("other copy", "memcpy", 3, 100, 501, 6),
+            launch(10, 5, 3), {**task("EVENT_RECORD", "marker", 1, 600, 0, 3), "addr": 7},
+            launch(15, 5, 4, kind="launch"), {**task("EVENT_WAIT", "wait", 2, 20, 582, 4), "addr": 7},
+            launch(20, 5, 5), task("K2", "kernel", 2, 602, 50, 5)]
+    got = attribution(Frames(table(rows)))
+    assert [(int(r.ts), int(r.end), r.cause, int(r.via)) for r in got.itertuples()] == [
+        (100, 600, "copy", 1), (600, 602, "dispatch", 1)]
+    for r in rows:
+        r.pop("addr", None)
+    got = attribution(Frames(table(rows)))
+    assert [(r.cause, int(r.via)) for r in got.itertuples()][0] == ("copy", 3)
+
+
 def test_a_wait_launched_with_a_collective_is_waiting_on_the_collective():
     rows = [launch(0, 5, 1), task("K1", "kernel", 1, 10, 90, 1),
             launch(5, 5, 2), task("Notify_Wait", "wait", 1, 100, 400, 2), task("allReduce", "collective", 1, 500, 100, 2),
@@ -238,6 +257,43 @@ def test_a_host_waiting_with_nothing_to_do_is_host_idle_not_host_work():
 
 
 # ---------------------------------------------------------------- races from happens-before
+def test_an_operator_compiled_before_its_launch_is_op_compile_and_the_call_still_launches_it():
+    # torch_npu single-op mode: AscendCL@aclopCompileAndExecute compiles K2 for 300 then
+    # launches it (its corr): the device's wait is the compile's, not launch overhead.
+    rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 90, 1),
+            launch(105, 305, 2, kind="op_compile", name="AscendCL@aclopCompileAndExecute"),
+            task("K2", "kernel", 1, 420, 50, 2)]
+    assert causes(rows) == [(100, 410, "compile", 305), (100, 410, "host", 5), (410, 420, "launch", 10)]
+    result = analyzers.run(table(rows), names=["bubbles"])
+    top = result.ranked()[0]
+    assert (top.code, top.lost_ns, top.severity) == ("BUBBLE_OP_COMPILE", 305, Severity.CRITICAL)
+    # On the critical path the call is compile time too, and the launch edge holds.
+    from analyzers.causality.critical_path import critical_path
+
+    blame = critical_path(Frames(table(rows)), 0).blame()
+    assert blame["compile"] == 315 and blame["compute"] == 50
+
+
+def test_the_emulator_records_operator_compile_as_its_own_kind():
+    from runtime_emu import Kernel, Runtime
+
+    rt = Runtime()
+    rt.set_device(0)
+    s = rt.create_stream()
+    with rt.step():
+        rt.launch_kernel(Kernel("Cast", 100_000), 20, s)
+        rt.host_work("aclopCompile MatMul", 2_000_000, kind="op_compile")
+        rt.launch_kernel(Kernel("MatMul", 100_000), 20, s)
+        rt.synchronize_stream(s)
+    trace = rt.finish().trace
+    df = trace.table.to_pandas()
+    compile_end = int((df.loc[df["kind"] == "op_compile", "ts"] + df.loc[df["kind"] == "op_compile", "dur"]).iloc[0])
+    cast_end = int((df.loc[df["name"] == "Cast", "ts"] + df.loc[df["name"] == "Cast", "dur"]).iloc[0])
+    by = attribution(Frames(trace)).groupby("cause")["idle_ns"].sum().to_dict()
+    # The device idles from Cast's end until the compile is done; then the launch call's own time.
+    assert by["compile"] == compile_end - cast_end and set(by) == {"compile", "launch"}
+
+
 def access(kind, addr, corr, ts):
     return {"ph": "i", "name": kind, "kind": kind, "ts": ts, "addr": addr, "corr": corr, "device": 0}
 

@@ -243,7 +243,7 @@ def test_host_work_and_data_loading_are_recorded_as_their_kinds():
     acl.prof.host_work("read batch", 4_000, kind="data_load")  # 200..4200
     rt.host_work("letterbox", 1_000)  # 4200..5200
     rt.launch_kernel(K, 1, s, reads=(0x100,), writes=(0x200, 0x300))  # 5200..6200
-    with pytest.raises(AclError, match="ACL_ERROR_INVALID_PARAM.*kind must be one of host_work, data_load, host_idle"):
+    with pytest.raises(AclError, match="ACL_ERROR_INVALID_PARAM.*kind must be one of host_work, data_load, host_idle, op_compile"):
         rt.host_work("x", 10, kind="preprocess")
     with pytest.raises(AclError, match="ACL_ERROR_INVALID_PARAM.*duration"):
         rt.host_work("x", -1, kind="data_load")

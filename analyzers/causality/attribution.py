@@ -30,6 +30,7 @@ CAUSE_LABELS = {
     "host": "host-bound: framework / untraced host time",
     "sync": "host synchronize",
     "blocking_copy": "blocking copy on the host",
+    "compile": "operator compile on the host",
     "data": "data loading / preprocessing",
     "host_idle": "host idle, waiting for work",
     "copy": "waiting on a copy",
@@ -42,15 +43,15 @@ CAUSE_LABELS = {
 }
 CAUSES = tuple(CAUSE_LABELS)
 #: Causes where the device waited for its host.
-HOST_CAUSES = ("launch", "host", "sync", "blocking_copy", "data", "host_idle")
+HOST_CAUSES = ("launch", "host", "sync", "blocking_copy", "compile", "data", "host_idle")
 #: Causes that are no problem to fix: the pipeline filling before the first kernel and draining
 #: after the last, and the device's own turnaround between tasks already queued.
 EDGE_CAUSES = ("fill", "drain", "dispatch")
 #: A device task's running time inside an idle span, by its kind.
 _SPAN_CAUSE = {"memcpy": "copy", "memset": "copy", "collective": "collective", "wait": "event"}
 #: Host classes (graph.HOST_CLASSES) -> cause; "sync" is split by what it waited for.
-_HOST_CAUSE = {"blocking_copy": "blocking_copy", "launch": "launch", "data_load": "data", "host_work": "data",
-               "host_idle": "host_idle",
+_HOST_CAUSE = {"blocking_copy": "blocking_copy", "op_compile": "compile", "launch": "launch", "data_load": "data",
+               "host_work": "data", "host_idle": "host_idle",
                "framework": "host"}
 _SYNC_ON = ("copy", "collective", "event")
 #: Host causes a draining sync's wait could have hidden (see _after_sync), in spending order.

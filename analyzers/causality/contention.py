@@ -180,7 +180,7 @@ def under_occupancy(frames: Frames, one_block_per_core: bool) -> pd.DataFrame:
         frames._cache[key] = out
         return out
     parts = []
-    for (rank, device), g in tasks[tasks["kind"] == "kernel"].groupby(["rank", "device"], sort=True):
+    for _key, g in tasks[tasks["kind"] == "kernel"].groupby(["rank", "device"], sort=True):
         alone = _alone(g["ts"].to_numpy(np.int64), g["end"].to_numpy(np.int64))
         parts.append(pd.Series(alone, index=g.index))
     alone = pd.concat(parts)

@@ -43,13 +43,13 @@ import pyarrow as pa
 from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.contention import contended_rows
-from analyzers.causality.graph import _class_of, _producers, _waited, rank_graph, stream_tasks
+from analyzers.causality.graph import _class_of, _event_ids, _producers, _waited, rank_graph, stream_tasks
 from analyzers.frames import Frames
 
 #: How close a wait's end must be to its producer's end (as in the attribution).
 SLACK_NS = 5_000
 #: Host call kinds that are nodes of the path.
-HOST_KINDS = ("api", "launch", "sync", "wait", "data_load", "host_work", "host_idle")
+HOST_KINDS = ("api", "launch", "sync", "wait", "data_load", "host_work", "host_idle", "op_compile")
 #: What a nanosecond of the critical path was, with its label.
 CP_CAUSE_LABELS = {
     "compute": "device compute (kernels)",
@@ -60,6 +60,7 @@ CP_CAUSE_LABELS = {
     "contention": "core contention: ready, waiting for cores other streams' kernels held",
     "sync": "host synchronize (its own time, not its wait)",
     "blocking_copy": "blocking copy on the host (its own time)",
+    "compile": "operator compile on the host",
     "data": "data loading / host work",
     "host_idle": "host idle",
     "host": "host: framework / other calls",
@@ -68,8 +69,8 @@ CP_CAUSE_LABELS = {
 }
 CP_CAUSES = tuple(CP_CAUSE_LABELS)
 #: Host class (graph.HOST_CLASSES) -> the cause of host time on the path.
-_HOST_CLASS_CAUSE = {"sync": "sync", "blocking_copy": "blocking_copy", "launch": "launch", "data_load": "data",
-                     "host_work": "data", "host_idle": "host_idle", "framework": "host"}
+_HOST_CLASS_CAUSE = {"sync": "sync", "blocking_copy": "blocking_copy", "op_compile": "compile", "launch": "launch",
+                     "data_load": "data", "host_work": "data", "host_idle": "host_idle", "framework": "host"}
 _TASK_CAUSE = {"kernel": "compute", "memcpy": "copy", "memset": "copy", "collective": "collective", "wait": "dispatch"}
 #: Edge types, as HTA names them (critical_path_*), for the comparison and the breakdown.
 EDGE_TYPES = ("operator", "dependency", "kernel_launch_delay", "kernel_kernel_delay", "sync_dependency")
@@ -292,7 +293,7 @@ class _Graph:
 
     @staticmethod
     def _tasks_in(tasks: pd.DataFrame, frames: Frames, rank: int, calls: pd.DataFrame, lo, hi) -> pd.DataFrame:
-        launches = calls[calls["kind"].astype(str) == "launch"]
+        launches = calls[calls["kind"].astype(str).isin(("launch", "op_compile"))]
         index = pd.Series(launches.index.to_numpy(), index=launches["corr"].to_numpy()).groupby(level=0).first()
         corr = tasks["corr"].to_numpy(np.float64)
         at = index.reindex(corr).to_numpy()
@@ -475,7 +476,9 @@ class _Graph:
         # still its only release (HTA leaves such a task unconnected).
         first = ~by_launch & ~by_prev & (p < 0) & (q < 0) & launched
         m = by_launch | first
-        self._edges(launch[m], 2 * H + j[m], _LAUNCH, H + j[m], "launch")
+        # A call that compiled the operator before launching it is compile time, not launch.
+        klass = self.calls["klass"].to_numpy()[launch[m]] if len(self.calls) else np.zeros(0, dtype=object)
+        self._edges(launch[m], 2 * H + j[m], _LAUNCH, H + j[m], np.where(klass == "op_compile", "compile", "launch"))
         self._edges(2 * H + D + p[by_prev], 2 * H + j[by_prev], _KK, H + j[by_prev], "dispatch",
                     zero=~launched[by_prev])
         self._sync_edges(ts, end, device, stream)
@@ -487,7 +490,7 @@ class _Graph:
         kind = t["kind"].to_numpy()
         device = t["device"].to_numpy(np.int64)
         stream = t["stream"].to_numpy(np.int64)
-        out = _producers(ts, end, kind, device, stream, SLACK_NS)
+        out = _producers(ts, end, kind, device, stream, SLACK_NS, _event_ids(t))
         host = rank_graph(frames, self.rank, SLACK_NS)[0]  # its threads: the same for any region
         thread = np.full(len(t), -1, dtype=np.int64)
         if len(self.calls):

@@ -30,7 +30,7 @@ TASK_KINDS = ("kernel", "memcpy", "memset", "collective", "wait", "marker")
 #: What a host thread can be doing, highest priority first: at any instant the thread is in
 #: the first of these whose calls cover it (nested calls count once, as their innermost
 #: meaningful kind: a launch inside a Python frame is launch time).
-HOST_CLASSES = ("sync", "blocking_copy", "launch", "data_load", "host_work", "host_idle", "framework")
+HOST_CLASSES = ("sync", "blocking_copy", "op_compile", "launch", "data_load", "host_work", "host_idle", "framework")
 
 
 @dataclass
@@ -151,6 +151,9 @@ def _class_of(calls: pd.DataFrame, tasks: pd.DataFrame) -> np.ndarray:
     out[kind == "data_load"] = "data_load"
     out[kind == "host_work"] = "host_work"
     out[kind == "host_idle"] = "host_idle"
+    # Compiling an operator (torch_npu's aclopCompileAndExecute, single-op mode): host time
+    # spent building the kernel before it can launch, whether or not the call launches it.
+    out[kind == "op_compile"] = "op_compile"
     sync = kind == "sync"
     out[sync] = "sync"
     # A blocking copy (a synchronous memcpy) is a sync call that is also the copy's launch, or a
@@ -168,7 +171,7 @@ def _class_of(calls: pd.DataFrame, tasks: pd.DataFrame) -> np.ndarray:
 def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     """The host state of `rank`'s threads (see HostState)."""
     t = frames.table
-    mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle"))
+    mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle", "op_compile"))
     mask &= t.column("rank").to_numpy() == rank
     sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
     sub = sub[sub["ph"] == "X"]
@@ -250,7 +253,7 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
     ts = df["ts"].to_numpy(np.int64)
     end = df["end"].to_numpy(np.int64)
     kind = df["kind"].to_numpy()
-    producer = _producers(ts, end, kind, device, stream, slack_ns)
+    producer = _producers(ts, end, kind, device, stream, slack_ns, _event_ids(df))
     waited = _waited(frames, rank, host, prev, launch_ts, thread)
     by_end = {}
     for dev in np.unique(device):
@@ -325,14 +328,19 @@ def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread,
     return out
 
 
-def _producers(ts, end, kind, device, stream, slack_ns: int) -> np.ndarray:
-    """For each device-side wait task with a duration: the task on another stream of its device
-    that ended last at or before the wait's end (within `slack_ns`), which released it: an event
-    fires when the work recorded before it on the other stream is done. -1 where none is close."""
+def _producers(ts, end, kind, device, stream, slack_ns: int, event: np.ndarray | None = None) -> np.ndarray:
+    """For each device-side wait task with a duration: what released it. Where the wait and the
+    records name their event (`event`: a wait's or zero-length record's `addr`), the record of
+    that event on another stream of its device that fired last at or before the wait's end;
+    else the task on another stream that ended last at or before the wait's end (within
+    `slack_ns`): an event fires when the work recorded before it on the other stream is done.
+    -1 where neither is found."""
     out = np.full(len(ts), -1, dtype=np.int64)
     waits = np.flatnonzero((kind == "wait") & (end > ts))
     if not len(waits):
         return out
+    if event is not None:
+        waits = waits[~_by_event(out, waits, ts, end, kind, device, stream, event)]
     cand = np.flatnonzero(kind != "wait")
     for dev in np.unique(device[waits]):
         c = cand[device[cand] == dev]
@@ -349,3 +357,36 @@ def _producers(ts, end, kind, device, stream, slack_ns: int) -> np.ndarray:
             if j >= 0 and end[w] - ends[j] <= slack_ns and stream[order[j]] != stream[w]:
                 out[w] = order[j]
     return out
+
+
+def _by_event(out, waits, ts, end, kind, device, stream, event) -> np.ndarray:
+    """Set out[w] for each wait in `waits` whose event a record on another stream of its device
+    names (the record that fired last at or before the wait's end); which waits were set."""
+    done = np.zeros(len(waits), dtype=bool)
+    rec = np.flatnonzero((kind == "marker") & (end == ts) & ~np.isnan(event))
+    named = ~np.isnan(event[waits])
+    if not len(rec) or not named.any():
+        return done
+    rec = rec[np.lexsort((ts[rec], event[rec], device[rec]))]
+    keys = {}
+    for r in rec.tolist():
+        keys.setdefault((int(device[r]), float(event[r])), []).append(r)
+    for i in np.flatnonzero(named).tolist():
+        w = int(waits[i])
+        cand = keys.get((int(device[w]), float(event[w])))
+        if not cand:
+            continue
+        j = int(np.searchsorted(ts[cand], end[w], side="right")) - 1
+        while j >= 0 and stream[cand[j]] == stream[w]:
+            j -= 1
+        if j >= 0:
+            out[w] = cand[j]
+            done[i] = True
+    return done
+
+
+def _event_ids(df: pd.DataFrame) -> np.ndarray:
+    """Per task, the event a wait or a record names (`addr` of kinds wait / marker), NaN elsewhere."""
+    kind = df["kind"].to_numpy()
+    ev = df["addr"].to_numpy(np.float64, na_value=np.nan) if "addr" in df else np.full(len(df), np.nan)
+    return np.where(np.isin(kind, ("wait", "marker")), ev, np.nan)
