@@ -78,10 +78,10 @@ def test_analyze_table_costs_in_ms_and_mib(no_triple_json):
 
 def test_analyze_table_memory_cost_in_mib():
     [leak] = [f for f in json.loads(ok("analyze", LEAK, "--json"))["findings"] if f["code"] == "MEMORY_LEAK"]
-    assert (leak["cost_unit"], leak["cost"]) == ("bytes", 19270656.0)  # 6 x 3,211,776 B leaked: 18.378 MiB
+    assert (leak["cost_unit"], leak["cost"]) == ("bytes", 6442454016.0)  # 6 x 1,073,742,336 B leaked: 6,144 MiB
     rows = [r for r in table_rows(ok("analyze", LEAK)) if r[0]]
     assert (rows[0][2], rows[0][3], rows[0][4]) == ("Device memory grows every step (MEMORY_LEAK)",
-                                                    "rank 0, device 0", "18.4 MiB")
+                                                    "rank 0, device 0", "6,140 MiB")
 
 
 def test_analyze_json_flag_is_format_json(no_triple_json):

@@ -108,8 +108,8 @@ def test_findings_grid_lists_every_finding_in_rank_order(store: Store) -> None:
         assert row["step"] == f["step"]
         assert (row["symptom"], row["cause"], row["remedy"]) == tuple(f["lookup"][k] for k in
                                                                        ("symptom", "cause", "remedy"))
-    assert grid.rowData[0]["cost"] == ds.findings[0]["cost"] == 19270656  # 6 x 3,211,776 B leaked
-    assert grid.rowData[0]["cost_text"] == "18.4 MiB"
+    assert grid.rowData[0]["cost"] == ds.findings[0]["cost"] == 6442454016  # 6 x 1,073,742,336 B leaked
+    assert grid.rowData[0]["cost_text"] == "6,140 MiB"
     # SYNC_STALL has no cost: it sorts as empty and shows "-".
     assert grid.rowData[1]["cost"] is None and grid.rowData[1]["cost_text"] == "-"
     assert grid.getRowId == "params.data.id"
@@ -235,7 +235,7 @@ def test_compare_table_is_the_cli_diff(store: Store) -> None:
         assert row == [c["code"], f"{c['base_count']} → {c['new_count']}",
                        cost_text(c["base_cost"], c["unit"]) if c["base_count"] else "-",
                        cost_text(c["new_cost"], c["unit"]) if c["new_count"] else "-", c["status"]]
-    assert found[0] == ["MEMORY_LEAK", "1 → 0", "18.4 MiB", "-", "fixed"]
+    assert found[0] == ["MEMORY_LEAK", "1 → 0", "6,140 MiB", "-", "fixed"]
     # A fixed finding's code links to the lookup in the trace that still has it.
     assert links(find(page, "compare-findings"))[0].href == "/lookup?trace=0&code=MEMORY_LEAK"
 

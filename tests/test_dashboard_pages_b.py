@@ -154,11 +154,11 @@ def test_allocated_curve_is_the_alloc_free_totals_and_live_the_running_sum(leak)
     (live,) = [s for s in allocation_series(leak.frames.memory) if s.quantity == "live"]
     assert (allocated.rank, allocated.device) == (0, 0)
     assert allocated.x.tolist() == mem["ts"].tolist()
-    assert allocated.y[-1] == mem["value"].iloc[-1] == 20971520.0
+    assert allocated.y[-1] == mem["value"].iloc[-1] == 6455033856.0
     signed = np.where(mem["kind"] == "alloc", mem["bytes"], -mem["bytes"])
     assert live.y.tolist() == np.cumsum(signed).tolist()
     # What stays allocated at the end: the six layer-4 buffers the leak keeps.
-    assert live.y[-1] == 6 * 3211776
+    assert live.y[-1] == 6 * 1073742336
 
 
 def test_live_bytes_at_step_ends_are_what_the_leak_fit_reads(leak):
@@ -178,12 +178,12 @@ def test_leak_fit_is_the_leaked_buffer_per_step_over_the_steps(leak):
     assert leak.findings[fit.finding]["code"] == "MEMORY_LEAK"
     assert [i for i, f in enumerate(leak.findings) if f["code"] == "MEMORY_LEAK"] == [fit.finding]
     assert fit.bytes_per_step == pytest.approx(kept["bytes"].iloc[0], rel=1e-9)
-    assert set(kept["bytes"]) == {3211776} and len(kept) == fit.steps == len(steps) == 6
+    assert set(kept["bytes"]) == {1073742336} and len(kept) == fit.steps == len(steps) == 6
     assert fit.r2 == pytest.approx(1.0)
     assert fit.step_end_ns.tolist() == (steps["ts"] + steps["dur"]).astype(np.int64).tolist()
     # R^2 = 1: the line goes through every step end.
     assert fit.fitted == pytest.approx(fit.observed, rel=1e-12)
-    assert fit.site == ("[memory] resnet50.forward:layer4_features", 6, 3211776)
+    assert fit.site == ("[memory] resnet50.forward:layer4_features", 6, 1073742336)
     assert fit.lost_bytes == leak.findings[fit.finding]["cost"]
 
 
@@ -209,7 +209,7 @@ def test_memory_figure_draws_webgl_steps_and_the_fit_over_the_steps(leak):
     (allocated,) = [t for t in curves if t.name == "allocated ([memory] events)"]
     assert allocated.y[-1] * MiB == table(leak).query("kind in ['alloc', 'free']")["value"].iloc[-1]
     (line,) = [t for t in fig.data if t.type == "scatter" and t.mode == "lines"]
-    assert line.name.startswith(f"#{fits[0].finding + 1} leak fit r0 dev 0: +3.06 MiB/step (R² 1.000)")
+    assert line.name.startswith(f"#{fits[0].finding + 1} leak fit r0 dev 0: +1,024.00 MiB/step (R² 1.000)")
     assert np.allclose(np.asarray(line.x) * 1e6 + leak.span[0], fits[0].step_end_ns)
     assert np.allclose(np.asarray(line.y) * MiB, fits[0].fitted)
 
@@ -267,12 +267,12 @@ def test_memory_page_shows_curves_the_leak_table_linking_to_its_window_and_cards
     (i,) = [i for i, f in enumerate(leak.findings) if f["code"] == "MEMORY_LEAK"]
     assert links(ids["mem-leaks"]) == [(f"mem-finding-{i}", f"/timeline?trace=0&finding={i}")]
     row = texts(ids["mem-leaks"])
-    assert "r0 dev 0" in row and "3.06 MiB" in row and "1.000" in row and "18.4 MiB" in row
-    assert "[memory] resnet50.forward:layer4_features (6 × 3.06 MiB)" in row
+    assert "r0 dev 0" in row and "1 GiB" in row and "1.000" in row and "6 GiB" in row
+    assert "[memory] resnet50.forward:layer4_features (6 × 1 GiB)" in row
     cards = {c.children[1].children: c.children[0].children for c in walk(ids["mem-frag"])
              if getattr(c, "className", None) == "metric"}
-    assert cards["share of reserved not allocated"] == "84.7%"
-    assert cards["free in the cache (reserved − allocated)"] == "16.9 MiB"
+    assert cards["share of reserved not allocated"] == "0.2%"
+    assert cards["free in the cache (reserved − allocated)"] == "12 MiB"
 
 
 def test_memory_page_respects_the_rank_selector(store, slow_link):
