@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from msprof_py.trace import export_chrome, import_bytes, import_trace, read_trace, write_trace
+from msprof_py.trace import import_bytes, import_trace
 from msprof_py.trace.importers import kineto
-from msprof_py.trace.schema import COLUMN_NAMES, KINDS
+from msprof_py.trace.schema import KINDS
 
 RANK0 = "ascend/resnet_2rank_level1_text/rank0_ascend_pt"
 RANK0_VIEW = f"{RANK0}/ASCEND_PROFILER_OUTPUT/trace_view.json"
@@ -236,20 +236,3 @@ def test_op_compile_calls(real_traces, view, calls, with_corr, tasks):
     step_of = dict(zip(oc["corr"], oc["step"]))
     assert all(s == step_of[c] for c, s in zip(launched["corr"], launched["step"]))
 
-
-# --- round trips ----------------------------------------------------------------------------
-
-@pytest.mark.parametrize("rel", ["kineto/mi300_resnet_ddp_rank0.json.gz", "kineto/sglang_qwen3_mi300.json.gz",
-                                 "kineto/dlrm_8rank/worker3_step_12.1694128201557.pt.trace.json.gz", RANK0_VIEW, RANK1_VIEW])
-def test_round_trip(real_traces, rel, tmp_path):
-    """import -> Parquet -> export -> import gives the identical table, the columns read from
-    the folder (kernel_details.csv) included: the export's block carries them."""
-    first = import_trace(real_traces / rel)
-    write_trace(first, tmp_path / "t.parquet")
-    reread = read_trace(tmp_path / "t.parquet")
-    assert reread.table.equals(first.table) and reread.meta == first.meta
-    export_chrome(reread, tmp_path / "t.json.gz")
-    again = import_trace(tmp_path / "t.json.gz")
-    assert again.meta == first.meta
-    for col in COLUMN_NAMES:
-        assert again.table.column(col).equals(first.table.column(col)), col

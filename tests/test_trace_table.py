@@ -36,6 +36,12 @@ KINETO = [
     "sampled_128rank_rank0.json.gz", "sampled_128rank_rank1.json.gz", "tiny_base.json.gz",
 ]
 ALL_JSON = [f"kineto/{f}" for f in KINETO] + ["ascend/torch_npu_trace_view.json.gz"]
+#: Round trips also cover the other producers' layouts: ROCm grids, a DLRM worker, and torch_npu
+#: timelines read from their output folder (Block Dim from the kernel_details.csv beside them).
+ROUND_TRIP = ALL_JSON + [
+    "kineto/mi300_resnet_ddp_rank0.json.gz", "kineto/sglang_qwen3_mi300.json.gz",
+    "kineto/dlrm_8rank/worker3_step_12.1694128201557.pt.trace.json.gz",
+    *(f"ascend/resnet_2rank_level1_text/rank{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json" for r in (0, 1))]
 
 
 def raw_json(path: Path):
@@ -210,7 +216,7 @@ def test_kineto_data_load_annotations(real_traces):
     assert loads["dur"].tolist() == [3918000, 3807000]
 
 
-@pytest.mark.parametrize("rel", ALL_JSON)
+@pytest.mark.parametrize("rel", ROUND_TRIP)
 def test_round_trip_json_parquet_json(real_traces, rel, tmp_path):
     """import -> Parquet -> export JSON -> import gives an identical table and metadata."""
     first = imported(real_traces, rel)
