@@ -7,6 +7,9 @@ zero-length event records on a stream) and host calls. Edges, each a release tim
 - launch: a task starts after the host call that put it on the stream (same rank and `corr`);
 - event record -> wait: a device-side wait task ends when its event fires, i.e. when the task
   it waited for on another stream of the device ended (the wait's own end is that evidence);
+  Kineto's Stream Wait Event (a `wait` row with `value` = the record call's `corr`) is the
+  runtime's record of the stream-wait call, at the call's time on the host clock, not a device
+  task: it never enters a stream's FIFO order;
 - host program order: a launch call starts after the calls before it on its host thread, and
   what the thread did meanwhile is its host state (`HostState`).
 
@@ -71,7 +74,12 @@ class Tasks:
 
 def stream_tasks(frames: Frames) -> pd.DataFrame:
     """Device tasks on streams (kinds TASK_KINDS, ph X, stream >= 0) with `end`, and collective
-    parts / waits on a device with no stream, each thread a lane (stream -2 - tid)."""
+    parts / waits on a device with no stream, each thread a lane (stream -2 - tid).
+
+    A wait row that names the record call of its event (`value`: Kineto's Stream Wait Event) is
+    left out: CUPTI writes it at the stream-wait call's time, on the host clock, so as a task it
+    would sit in its stream's FIFO order at a host time and lend the stream's next task a release
+    (and an "event" duration) the device never had."""
     key = ("causality.tasks",)
     if key in frames._cache:
         return frames._cache[key]
@@ -81,7 +89,7 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     # Collective parts and waits on a device but on no stream (torch_npu writes HCCL's planes as
     # their own threads): lanes of their own (stream -2 - tid), so they can release a wait.
     planes = frames.kind_mask(("collective", "wait")) & ~has_stream & has_device
-    mask = (frames.kind_mask(TASK_KINDS) & has_stream) | planes
+    mask = ((frames.kind_mask(TASK_KINDS) & has_stream) | planes) & ~_wait_calls(frames)
     # value / addr: a kernel's blocks and cores (analyzers.causality.contention).
     sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid", "value",
                     "addr"]).filter(pa.array(mask))
@@ -173,6 +181,9 @@ def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     t = frames.table
     mask = frames.kind_mask(("api", "launch", "sync", "wait", "host_work", "data_load", "host_idle", "op_compile"))
     mask &= t.column("rank").to_numpy() == rank
+    # A wait on a stream is the device's (a wait task, or the runtime's record of a stream-wait
+    # call on the waiting stream), never a call of a host thread.
+    mask &= ~(frames.kind_mask(("wait",)) & t.column("stream").is_valid().to_numpy(zero_copy_only=False))
     sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
     sub = sub[sub["ph"] == "X"]
     sub = sub.assign(end=sub["ts"] + sub["dur"].fillna(0).astype(np.int64))
@@ -263,6 +274,14 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
     return Tasks(ts=ts, end=end, kind=kind, name=df["name"].astype(str).to_numpy(), device=device, stream=stream,
                  corr=corr, prev=prev, launch_ts=launch_ts, launch_end=launch_end, thread=thread, producer=producer,
                  waited=waited, by_end=by_end)
+
+
+def _wait_calls(frames: Frames) -> np.ndarray:
+    """Rows that record a stream-wait call with the record call of its event: `wait` rows on a
+    stream whose `value` names that call (Kineto's Stream Wait Event)."""
+    t = frames.table
+    return (frames.kind_mask(("wait",)) & t.column("value").is_valid().to_numpy(zero_copy_only=False)
+            & t.column("stream").is_valid().to_numpy(zero_copy_only=False))
 
 
 def _inside_collective_ops(df: pd.DataFrame) -> np.ndarray:

@@ -117,6 +117,7 @@ def derive(raw: RawEvents) -> Typed:
     t.kind[host_api] = "api"
     common.data_loading(raw, t, host_api)
     t.kind[rt] = _runtime_kinds(raw, t, rt, rt_corr)
+    _event_links(raw, t, dev, rt)
 
     ac2g = np.flatnonzero((t.kind == "flow") & raw.is_in("cat", ("ac2g",)))
     t.set("corr", ac2g, common.flow_ids_as_int(raw, ac2g))
@@ -362,9 +363,54 @@ def _device_kinds(raw: RawEvents, dev: np.ndarray, device_cats: dict[str, str | 
     if by_name.any():
         kinds[by_name & matches(names, _COPY)] = CODE["memcpy"]
         kinds[by_name & matches(names, _FILL)] = CODE["memset"]
-    kinds[(kinds == CODE["sync"]) & mask_of(names, ("Event Sync",))] = CODE["wait"]
+    # CUPTI's Stream Wait Event is a stream waiting for an event on the device (written for the
+    # cudaStreamWaitEvent call); Event Sync, Stream Sync and Context Sync are the host waiting.
+    kinds[(kinds == CODE["sync"]) & mask_of(names, ("Stream Wait Event",))] = CODE["wait"]
     kinds[(kinds == CODE["kernel"]) & matches(names, _COLLECTIVE)] = CODE["collective"]
     return kinds
+
+
+#: CUPTI's synchronization records that name the event waited for (args wait_on_*): Stream Wait
+#: Event (a stream waits for it on the device) and Event Sync (the host waits for it).
+_EVENT_SYNCS = ("Stream Wait Event", "Event Sync")
+
+
+def _event_links(raw: RawEvents, t: Typed, dev: np.ndarray, rt: np.ndarray) -> None:
+    """The event a Stream Wait Event / Event Sync record waits for, in typed columns: the record's
+    `addr` = the event ("wait_on_cuda_event_id"), `value` = the correlation id of the
+    cudaEventRecord call that recorded it ("wait_on_cuda_event_record_corr_id", -1: CUPTI did
+    not see it); and that record call's `stream` / `device` = the stream it recorded the event on
+    ("wait_on_stream") and `addr` = the event, as the other producers' launch calls name the
+    stream they act on. A record call no such record names keeps none of them."""
+    rows = dev[np.isin(t.kind.codes[dev], (CODE["wait"], CODE["sync"])) & raw.is_in("name", _EVENT_SYNCS)[dev]]
+    if not len(rows):
+        return
+    args = common.int_args(raw, rows, {"on_stream": "wait_on_stream", "record": "wait_on_cuda_event_record_corr_id",
+                                       "event": "wait_on_cuda_event_id"})
+    ints = {k: (a.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64),
+                a.is_valid().to_numpy(zero_copy_only=False)) for k, a in args.items()}
+    event, has_event = ints["event"][0], ints["event"][1] & (ints["event"][0] >= 0)
+    record, has_record = ints["record"]
+    t.set("addr", rows[has_event], event[has_event])
+    t.set("value", rows[has_record], np.maximum(record[has_record], -1))
+    on_stream = ints["on_stream"][0]
+    device, device_ok = t.get("device")
+    named = has_record & (record >= 0) & ints["on_stream"][1] & (on_stream >= 0) & device_ok[rows]
+    corr, corr_ok = t.get("corr")
+    calls = rt[corr_ok[rt]]
+    if not named.any() or not len(calls):
+        return
+    # The first record naming each record call (they all say the same of it).
+    ids, first = np.unique(record[named], return_index=True)
+    src = np.flatnonzero(named)[first]
+    call_corr = corr[calls]
+    at = np.minimum(np.searchsorted(ids, call_corr), len(ids) - 1)
+    hit = ids[at] == call_corr
+    calls, k = calls[hit], src[at[hit]]
+    t.set("stream", calls, on_stream[k])
+    t.set("device", calls, device[rows[k]].astype(np.int64))
+    ok = has_event[k]
+    t.set("addr", calls[ok], event[k[ok]])
 
 
 def _runtime_kinds(raw: RawEvents, t: Typed, rt: np.ndarray, rt_corr: pa.Array) -> np.ndarray:
