@@ -2,10 +2,12 @@
 walking back from the task that ended the idle through what it waited for.
 
 For a kernel-idle span [a, b) of a device ended by kernel K at b, the walk asks which release
-of K came last (graph.Tasks): the task before it on its stream, or the host call that launched
-it. A device task before it: its running time inside [a, b) is that task's cause (a copy: the
-cores waited for data; a collective; an event wait: the task on the other stream that released
-it, named), and the walk continues from that task's own start. The launch call: the host was
+of K came last (graph.Tasks): the task before it on its stream, the host call that launched
+it, or the event a stream wait held it for (exactly the task behind the event's record where the
+trace links the wait to it, `event_src`; else, after a stream-wait call, a guess: the task on
+another stream that ended as K began). A device task: its running time inside [a, b) is that
+task's cause (a copy: the cores waited for data; a collective; an event wait: the task on the
+other stream that released it, named), and the walk continues from that task's own start. The launch call: the host was
 late, and [a, launch end) is what the launching thread was doing (graph.HostState, each instant
 once): launch calls, a synchronize (split by what it waited for on the device: a copy, a
 collective, an event, or nothing left but the sync itself), a blocking copy, data loading or
@@ -187,9 +189,17 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
             segs.append((g, a, t, "unexplained", -1))
             return
         r = max(x for x in (r_prev, r_launch) if x is not None)
+        src = int(T.event_src[node])
+        if src >= 0 and T.end[src] > r:
+            # The trace links the stream wait before it to its event: the task behind the
+            # event's record released it, ending after its other releases.
+            late = t - min(int(T.end[src]), t) > dispatch_ns
+            t, node = _through_event(T, g, a, t, src, segs, "unexplained" if late else "dispatch"), src
+            continue
         if t - r > dispatch_ns and T.waited[node]:
-            # Released long before it started, after its thread issued a stream wait: it
-            # waited for an event, i.e. for the task on another stream that ended as it began.
+            # Released long before it started, after its thread issued a stream wait the trace
+            # does not link to its event: it waited for an event, i.e. (the guess) for the task
+            # on another stream that ended as it began.
             q = T.released_by(node, t - dispatch_ns, t)
             if q >= 0 and T.end[q] > r:
                 t, node = _through_event(T, g, a, t, q, segs), q
@@ -227,13 +237,13 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
         node = p
 
 
-def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list) -> int:
-    """Append the time from task `q`'s end to `t` (dispatch) and `q`'s running time inside
-    [a, t) (its kind's cause, on its stream): `q`, on another stream, released the task at `t`
-    through an event. Returns where the walk goes on from (`q`'s start)."""
+def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list, gap_cause: str = "dispatch") -> int:
+    """Append the time from task `q`'s end to `t` (`gap_cause`: dispatch) and `q`'s running time
+    inside [a, t) (its kind's cause, on its stream): `q`, on another stream, released the task at
+    `t` through an event. Returns where the walk goes on from (`q`'s start)."""
     qe = min(int(T.end[q]), t)
     if t > max(qe, a):
-        segs.append((g, max(qe, a), t, "dispatch", int(T.stream[q])))
+        segs.append((g, max(qe, a), t, gap_cause, int(T.stream[q])))
     t = qe
     if t > max(int(T.ts[q]), a):
         segs.append((g, max(int(T.ts[q]), a), t, _SPAN_CAUSE.get(T.kind[q], "event"), int(T.stream[q])))

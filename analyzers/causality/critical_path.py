@@ -18,10 +18,12 @@ two agree on the same trace (tests/test_critical_path.py keeps HTA's figures):
 - Launch: a task launched into an empty stream queue, after the task before it on its stream
   ended, hangs off its launch call's start, weighing the launch delay. Otherwise it hangs off
   the end of the task before it on its stream, weighing the gap between them (queue / dispatch).
-- Event: a task whose thread issued a stream wait before launching it hangs, with no weight,
-  off the end of the task on another stream of its device that ended last before it began
-  (Kineto records the event's record call, not the device task; the release's timing is the
-  evidence); an emulated wait task hangs off its producer (graph.Tasks.producer).
+- Event: a task whose stream wait the trace links to its event's record call (Kineto's Stream
+  Wait Event) hangs, with no weight, off the end of the task launched last on the recorded
+  stream before that call (graph.Tasks.event_src); a task whose thread issued a stream wait the
+  trace does not link hangs off the end of the task on another stream of its device that ended
+  last before it began (the release's timing is the only evidence); an emulated wait task hangs
+  off its producer (graph.Tasks.producer).
 - Sync: a blocking host call ends, with no weight, after each stream's last task that was still
   running while the call waited.
 
@@ -240,7 +242,8 @@ class _Graph:
         self.rank = rank
         tasks_all = stream_tasks(frames)
         tasks = tasks_all[(tasks_all["rank"] == rank) & tasks_all["kind"].isin(tuple(_TASK_CAUSE))]
-        tasks = tasks.assign(contended=contended_rows(frames)[tasks.index.to_numpy()])
+        # `row`: the task's row in stream_tasks (for the rank graph's event sources).
+        tasks = tasks.assign(contended=contended_rows(frames)[tasks.index.to_numpy()], row=tasks.index.to_numpy())
         calls = self._host_calls(frames, rank, tasks)
         lo = -np.inf if start is None else start
         hi = np.inf if end is None else end
@@ -484,21 +487,35 @@ class _Graph:
         self._sync_edges(ts, end, device, stream)
 
     def _event_sources(self, frames: Frames, t: pd.DataFrame, prev, l_ts, launch) -> np.ndarray:
-        """Per task: the task whose end released it through an event (-1: none)."""
+        """Per task: the task whose end released it through an event (-1: none). A wait task's
+        producer; a task whose stream wait the trace links to its event's record, the task behind
+        that record (graph.Tasks.event_src; none when that task is outside the region); else,
+        after a stream-wait call, the task on another stream that ended last before it began."""
         ts = t["ts"].to_numpy(np.int64)
         end = t["end"].to_numpy(np.int64)
         kind = t["kind"].to_numpy()
         device = t["device"].to_numpy(np.int64)
         stream = t["stream"].to_numpy(np.int64)
         out = _producers(ts, end, kind, device, stream, SLACK_NS, _event_ids(t))
-        host = rank_graph(frames, self.rank, SLACK_NS)[0]  # its threads: the same for any region
+        host, T = rank_graph(frames, self.rank, SLACK_NS)  # its threads: the same for any region
+        linked = np.zeros(len(t), dtype=bool)
+        if len(t) and (T.event_src >= 0).any():
+            tasks_all = stream_tasks(frames)
+            # The rank graph's tasks are the rank's stream_tasks rows, in order.
+            mine = np.flatnonzero(tasks_all["rank"].to_numpy() == self.rank)
+            ti = np.searchsorted(mine, t["row"].to_numpy(np.int64))
+            src = T.event_src[ti]
+            linked = src >= 0
+            pos = np.full(len(T.ts), -1, dtype=np.int64)
+            pos[ti] = np.arange(len(t))
+            out[linked] = pos[src[linked]]
         thread = np.full(len(t), -1, dtype=np.int64)
         if len(self.calls):
             c = self.calls
             th = np.array([host.index(int(p), int(q)) for p, q in zip(c["pid"], c["tid"])], dtype=np.int64)
             thread[launch >= 0] = th[launch[launch >= 0]]
         lts = np.where(launch >= 0, l_ts, np.nan).astype(np.float64)
-        waited = _waited(frames, self.rank, host, prev, lts, thread) & (kind != "wait")
+        waited = _waited(frames, self.rank, host, prev, lts, thread) & (kind != "wait") & ~linked
         if waited.any():
             out[waited] = _last_other_end(ts, end, device, stream, kind, np.flatnonzero(waited))
         return out

@@ -7,9 +7,12 @@ zero-length event records on a stream) and host calls. Edges, each a release tim
 - launch: a task starts after the host call that put it on the stream (same rank and `corr`);
 - event record -> wait: a device-side wait task ends when its event fires, i.e. when the task
   it waited for on another stream of the device ended (the wait's own end is that evidence);
-  Kineto's Stream Wait Event (a `wait` row with `value` = the record call's `corr`) is the
-  runtime's record of the stream-wait call, at the call's time on the host clock, not a device
-  task: it never enters a stream's FIFO order;
+- recorded event link: where the trace records which record call a stream wait waited for
+  (Kineto's Stream Wait Event: a `wait` row with `value` = the record call's `corr`, the record
+  call's `stream` the stream it recorded on), the first task launched on the waiting stream after
+  the stream-wait call starts after the task launched last on the recorded stream before the
+  record call ended (`Tasks.event_src`). Such a wait row is the runtime's record of the call, at
+  the call's time on the host clock, not a device task: it never enters a stream's FIFO order;
 - host program order: a launch call starts after the calls before it on its host thread, and
   what the thread did meanwhile is its host state (`HostState`).
 
@@ -54,10 +57,19 @@ class Tasks:
     producer: np.ndarray  # for wait tasks: the task on another stream whose end released it, -1
     #: The launching thread issued a stream-wait call (kind wait) after the launch of the task
     #: before this one on its stream and before this task's own launch: the task may wait for
-    #: an event (the trace records the call, not the device-side wait).
+    #: an event (the trace records the call, not the device-side wait). Calls whose wait the
+    #: trace links to its event's record (`event_src`) do not count.
     waited: np.ndarray
     #: Per device: tasks other than waits sorted by end, and their ends (for `released_by`).
     by_end: dict
+    #: The task whose end fired the event a linked stream wait made this task wait for (see
+    #: `event_sources`), -1: none. Where the trace records the link the release is exact, and the
+    #: call is no reason for `waited`'s guess (`released_by`).
+    event_src: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_src is None:
+            self.event_src = np.full(len(self.ts), -1, dtype=np.int64)
 
     def released_by(self, node: int, lo: int, hi: int) -> int:
         """The task on another stream of `node`'s device that ended last in [lo, hi], or -1."""
@@ -79,7 +91,7 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     A wait row that names the record call of its event (`value`: Kineto's Stream Wait Event) is
     left out: CUPTI writes it at the stream-wait call's time, on the host clock, so as a task it
     would sit in its stream's FIFO order at a host time and lend the stream's next task a release
-    (and an "event" duration) the device never had."""
+    (and an "event" duration) the device never had; its link enters as `Tasks.event_src`."""
     key = ("causality.tasks",)
     if key in frames._cache:
         return frames._cache[key]
@@ -271,9 +283,10 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
         c = np.flatnonzero((device == dev) & (kind != "wait"))
         c = c[np.argsort(end[c], kind="stable")]
         by_end[int(dev)] = (c, end[c])
+    event_src = event_sources(frames, rank, df, launch_ts)
     return Tasks(ts=ts, end=end, kind=kind, name=df["name"].astype(str).to_numpy(), device=device, stream=stream,
                  corr=corr, prev=prev, launch_ts=launch_ts, launch_end=launch_end, thread=thread, producer=producer,
-                 waited=waited, by_end=by_end)
+                 waited=waited, by_end=by_end, event_src=event_src)
 
 
 def _wait_calls(frames: Frames) -> np.ndarray:
@@ -282,6 +295,100 @@ def _wait_calls(frames: Frames) -> np.ndarray:
     t = frames.table
     return (frames.kind_mask(("wait",)) & t.column("value").is_valid().to_numpy(zero_copy_only=False)
             & t.column("stream").is_valid().to_numpy(zero_copy_only=False))
+
+
+#: Host call kinds (a stream-wait call is `wait`, an event's record call any of them).
+_CALL_KINDS = ("api", "launch", "sync", "wait", "op_compile")
+_LINK_COLUMNS = ["device", "stream", "call_ts", "wait_corr", "rec_device", "rec_stream", "rec_ts"]
+
+
+def event_links(frames: Frames, rank: int) -> pd.DataFrame:
+    """`rank`'s stream waits that the table links to the record call of their event
+    (_LINK_COLUMNS): the waiting device and stream, the stream-wait call's start (`call_ts`; the
+    wait row's own time, the call's on the host clock, where the table holds no call of kind wait
+    with its `corr`) and `corr`, and the record call's device, stream and start. A wait whose
+    record call is not in the table (or that CUPTI did not see: `value` -1) is not linked.
+    Cached per frames."""
+    key = ("causality.event_links", rank)
+    if key in frames._cache:
+        return frames._cache[key]
+    t = frames.table
+    on_rank = t.column("rank").to_numpy() == rank
+    wmask = _wait_calls(frames) & on_rank
+    out = pd.DataFrame(columns=_LINK_COLUMNS)
+    if wmask.any():
+        cols = ["ph", "ts", "kind", "device", "stream", "corr", "value"]
+        waits = t.select(cols).filter(pa.array(wmask)).to_pandas()
+        waits = waits[(waits["ph"] == "X") & waits["device"].notna()]
+        want = np.concatenate([waits["corr"].dropna().to_numpy(np.float64), waits["value"].to_numpy(np.float64)])
+        calls = t.select(cols).filter(pa.array(frames.kind_mask(_CALL_KINDS) & on_rank & ~wmask)).to_pandas()
+        calls = calls[(calls["ph"] == "X") & calls["corr"].isin(np.unique(want))].sort_values("ts", kind="stable")
+        # The stream-wait call (kind wait, on no stream) and the record call (on the stream it
+        # recorded the event on), by corr: the first of each.
+        wait_at = calls[(calls["kind"].astype(str) == "wait") & calls["stream"].isna()].drop_duplicates("corr")
+        wait_at = wait_at.set_index("corr")["ts"]
+        records = calls[calls["stream"].notna() & calls["device"].notna()].drop_duplicates("corr").set_index("corr")
+        rec = records.reindex(waits["value"].to_numpy(np.float64))
+        found = rec["ts"].notna().to_numpy()
+        waits, rec = waits[found], rec[found]
+        called = wait_at.reindex(waits["corr"].to_numpy(np.float64)).to_numpy(np.float64)
+        out = pd.DataFrame({
+            "device": waits["device"].to_numpy(np.int64), "stream": waits["stream"].to_numpy(np.int64),
+            "call_ts": np.where(np.isnan(called), waits["ts"].to_numpy(np.float64), called),
+            "wait_corr": waits["corr"].to_numpy(np.float64), "rec_device": rec["device"].to_numpy(np.int64),
+            "rec_stream": rec["stream"].to_numpy(np.int64), "rec_ts": rec["ts"].to_numpy(np.float64)})
+    frames._cache[key] = out
+    return out
+
+
+def event_sources(frames: Frames, rank: int, tasks: pd.DataFrame, launch_ts: np.ndarray) -> np.ndarray:
+    """Per task of `tasks` (one rank's stream_tasks rows, in order; `launch_ts` their launch
+    calls' starts, NaN: none): the task whose end fired the event a linked stream wait
+    (`event_links`) made it wait for, -1: none (Tasks.event_src).
+
+    A stream wait holds back the first task launched on its stream at or after the stream-wait
+    call began (later tasks follow that one in FIFO order). Its event fires when the work the
+    record call's stream had been given before the record call is done: the task launched last
+    there before the record call began (none: the event had fired already). A task several
+    waits hold back takes the source that ended last. Times compared are the host's launch and
+    call times, all on one clock."""
+    n = len(tasks)
+    out = np.full(n, -1, dtype=np.int64)
+    links = event_links(frames, rank)
+    if not n or links.empty:
+        return out
+    end = tasks["end"].to_numpy(np.int64)
+    launched = ~np.isnan(launch_ts)
+    # Per (device, stream): its launched tasks in stream order (stream_tasks sorts by ts).
+    key = pd.DataFrame({"d": tasks["device"].to_numpy(np.int64), "s": tasks["stream"].to_numpy(np.int64)})
+    lanes = {k: np.asarray(v)[launched[np.asarray(v)]] for k, v in key.groupby(["d", "s"]).indices.items()}
+    none = np.zeros(0, dtype=np.int64)
+    for w in links.itertuples(index=False):
+        lane = lanes.get((w.device, w.stream), none)
+        after = lane[launch_ts[lane] >= w.call_ts]
+        if not len(after):
+            continue
+        j = int(after[0])
+        src_lane = lanes.get((w.rec_device, w.rec_stream), none)
+        before = src_lane[launch_ts[src_lane] < w.rec_ts]
+        if len(before) and (out[j] < 0 or end[before[-1]] > end[out[j]]):
+            out[j] = int(before[-1])
+    return out
+
+
+def stream_wait_calls(frames: Frames, rank: int) -> pd.DataFrame:
+    """`rank`'s host stream-wait calls (kind wait, on no stream) that no linked wait explains
+    (`event_links`): rank, pid, tid, ts. Only these leave the event a task waited for to a guess."""
+    calls = frames.host_calls
+    calls = calls[(calls["rank"] == rank) & (calls["kind"].astype(str) == "wait")]
+    links = event_links(frames, rank)
+    if calls.empty or links.empty:
+        return calls
+    t = frames.table
+    mask = frames.kind_mask(("wait",)) & (t.column("rank").to_numpy() == rank)
+    mask &= t.column("stream").is_null().to_numpy(zero_copy_only=False)
+    mine = t.select(["rank", "ph", "pid", "tid", "ts", "corr"]).filter(pa.array(mask)).to_pandas()
+    return mine[(mine["ph"] == "X") & ~mine["corr"].isin(links["wait_corr"].dropna())].reset_index(drop=True)
 
 
 def _inside_collective_ops(df: pd.DataFrame) -> np.ndarray:
@@ -323,13 +430,12 @@ def _stream_prev(end: np.ndarray, same: np.ndarray) -> np.ndarray:
 
 def _waited(frames: Frames, rank: int, host: HostState, prev, launch_ts, thread,
             calls: pd.DataFrame | None = None) -> np.ndarray:
-    """Tasks whose launching thread issued a stream-wait call (or one of `calls`, with rank, pid,
-    tid and ts) between the launch of the task before them on their stream and their own launch
-    (see Tasks.waited)."""
+    """Tasks whose launching thread issued a stream-wait call no link explains
+    (`stream_wait_calls`; or one of `calls`, with rank, pid, tid and ts) between the launch of
+    the task before them on their stream and their own launch (see Tasks.waited)."""
     out = np.zeros(len(prev), dtype=bool)
     if calls is None:
-        calls = frames.host_calls
-        calls = calls[calls["kind"].astype(str) == "wait"]
+        calls = stream_wait_calls(frames, rank)
     w = calls[calls["rank"] == rank]
     if w.empty:
         return out

@@ -6,11 +6,12 @@ other's start (graph.Tasks): the stream's FIFO order; an event wait, which is or
 task on another stream of its device that had ended when the wait was released (the event it
 waited for was recorded behind one of them: taking them all never invents a race); a task whose
 launching thread issued a stream-wait call (or a call that enqueued no task: an event wait the
-runtime skipped because the event had fired) before launching it, likewise at its start; and a
-host synchronize, after which the thread's launches are ordered after every task that had ended
-when the call returned. Each task's vector clock holds, per stream of its device, the last task
-of that stream that happens before it (its position on the stream), so "W happens before R" is
-one comparison.
+runtime skipped because the event had fired) before launching it, likewise at its start, unless
+the trace links that wait to its event's record (Kineto's Stream Wait Event): then after exactly
+the task behind the record (graph.Tasks.event_src); and a host synchronize, after which the
+thread's launches are ordered after every task that had ended when the call returned. Each
+task's vector clock holds, per stream of its device, the last task of that stream that happens
+before it (its position on the stream), so "W happens before R" is one comparison.
 
 A read R on stream A of a buffer that a task W on stream B != A wrote, W launched no later than R,
 is a race when W does not happen before R. Per buffer and stream only the last such write is
@@ -111,8 +112,9 @@ class _DeviceClocks:
 
     Nodes: ("task", j), and ("sync", thread, k) for a thread's k-th synchronize (by end). A task
     depends on the task before it on its stream, on its thread's last synchronize that returned
-    before its launch, and, for an event wait (at its end) or a task launched after a stream-wait
-    call (at its start), on the last task of every other stream that had ended by then. A
+    before its launch, on the task behind the record of an event a linked stream wait made it
+    wait for, and, for an event wait (at its end) or a task launched after a stream-wait call no
+    link explains (at its start), on the last task of every other stream that had ended by then. A
     dependency met again while being computed (tasks of zero length at one instant) is left out.
     """
 
@@ -147,6 +149,9 @@ class _DeviceClocks:
             k = int(np.searchsorted(self.sync_end[th], T.launch_ts[j], side="right")) - 1
             if k >= 0:
                 deps.append(("sync", th, k))
+        src = int(T.event_src[j])
+        if src >= 0 and T.device[src] == T.device[j]:
+            deps.append(("task", src))
         s = int(T.stream[j])
         if T.kind[j] == "wait":
             deps += self._ended_by(int(T.end[j]), skip=s)
