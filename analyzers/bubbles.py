@@ -120,7 +120,7 @@ def _findings(table: pd.DataFrame, windows: dict, cfg: BubbleConfig) -> list[Fin
             rank=int(rank), device=int(device), stream=stream, ts_ns=int(g["ts"].min()),
             dur_ns=int(g["end"].max() - g["ts"].min()), metric="idle_share", value=round(ratio, 6),
             threshold=None, lost_ns=lost,
-            evidence=[{"ts": int(r.ts), "dur": int(r.idle_ns), "next": r.next_name, "corr": _int(r.next_corr),
+            evidence=[{"ts": int(r.ts), "dur": int(r.idle_ns), "next": r.next_name if isinstance(r.next_name, str) else None, "corr": _int(r.next_corr),
                        "stream": int(r.next_stream), "step": _int(r.step)} for r in top.itertuples()],
             occurrences=occurrences(g, rank=int(rank), device=int(device), stream=stream)))
     return out

@@ -9,7 +9,8 @@ from analyzers.causality.attribution import (
     HOST_CAUSES,
     attribution,
     device_windows,
+    idle_by_rank,
 )
 
 __all__ = ["ATTRIBUTION_COLUMNS", "CAUSES", "CAUSE_LABELS", "EDGE_CAUSES", "HOST_CAUSES", "attribution",
-           "device_windows"]
+           "device_windows", "idle_by_rank"]

@@ -12,7 +12,10 @@ late, and [a, launch end) is what the launching thread was doing (graph.HostStat
 once): launch calls, a synchronize (split by what it waited for on the device: a copy, a
 collective, an event, or nothing left but the sync itself), a blocking copy, data loading or
 host work, framework calls, or host time no call covers. Where the trace records no release
-reaching back to `a`, the rest is `unexplained`. So per span the causes sum to its length
+reaching back to `a`, the rest is `unexplained`. After the device's last kernel, the walk starts
+from the task that ran to the end: a collective's wait for a late peer there is a loss (the
+peer's), the rest is the pipeline draining (a copy out, the last transfer). A device that runs no
+kernel at all is explained the same way from its last task, every cause kept. So per span the causes sum to its length
 exactly, a copy cause never exceeds the copy time inside the span, and launch overhead never
 exceeds the launch calls' own time plus the dispatch after them.
 """
@@ -104,30 +107,34 @@ def attribution(frames: Frames, slack_ns: int = 5_000, dispatch_ns: int = DISPAT
     windows = device_windows(frames)
     parts = []
     for rank in sorted(tasks_all["rank"].unique()):
-        mine = tasks_all[tasks_all["rank"] == rank]
-        if not (mine["kind"] == "kernel").any():
-            continue
         host, tasks = rank_graph(frames, int(rank), slack_ns)
         parts.append(_rank_attribution(int(rank), tasks, host, windows, dispatch_ns))
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ATTRIBUTION_COLUMNS)
     out = _name_peers(out, collective_parts(frames))
+    out = _drain(out)
     frames._cache[key] = out
     return out
 
 
 def _rank_attribution(rank: int, T: Tasks, host: HostState, windows: dict, dispatch_ns: int) -> pd.DataFrame:
     segs: list[tuple] = []  # (gap, s, e, cause, via)
+    tails: list[int] = []  # gaps after a device's last kernel
     gaps: list[tuple] = []  # (device, a, b, next task index or -1)
     for device in np.unique(T.device):
         key = (rank, int(device))
         if key not in windows:
             continue
         k = np.flatnonzero((T.device == device) & (T.kind == "kernel"))
-        if not len(k):
-            continue
-        k = k[np.argsort(T.ts[k], kind="stable")]
         w = windows[key]
         w0, w1 = int(w["start"].min()), int(w["end"].max())
+        if not len(k):
+            # A device that only communicates or copies: all of its time is idle of compute,
+            # explained from the task that ran to its end.
+            if w1 > w0:
+                gaps.append((int(device), w0, w1, -1))
+                _trail(T, len(gaps) - 1, w0, w1, int(device), segs, dispatch_ns)
+            continue
+        k = k[np.argsort(T.ts[k], kind="stable")]
         run_end = np.maximum.accumulate(T.end[k])
         starts = np.concatenate([[w0], run_end])
         stops = np.concatenate([T.ts[k], [w1]])
@@ -143,7 +150,8 @@ def _rank_attribution(rank: int, T: Tasks, host: HostState, windows: dict, dispa
             if first:
                 segs.append((g, a, b, "fill", -1))
             elif n < 0:
-                segs.append((g, a, b, "drain", -1))
+                tails.append(g)
+                _trail(T, g, a, b, int(device), segs, dispatch_ns)
             else:
                 _walk(T, g, a, b, n, segs, dispatch_ns)
             first = False
@@ -169,6 +177,7 @@ def _rank_attribution(rank: int, T: Tasks, host: HostState, windows: dict, dispa
         "cause": s["cause"].to_numpy(), "via": s["via"].to_numpy(),
         "next_name": np.where(has, T.name[j], None), "next_corr": np.where(has, T.corr[j], np.nan),
         "next_stream": np.where(has, T.stream[j], -1), "next_dur": np.where(has, T.end[j] - T.ts[j], 0),
+        "tail": np.isin(s["gap"].to_numpy(), tails),
     })
     out = out[out["idle_ns"] > 0]
     out["step"] = out["step"].astype(object)
@@ -237,6 +246,43 @@ def _walk(T: Tasks, g: int, a: int, b: int, node: int, segs: list, dispatch_ns: 
         node = p
 
 
+def _drain(out: pd.DataFrame) -> pd.DataFrame:
+    """After a device's last kernel, the work that ends the pipeline (a copy out, a collective's
+    own transfer, the host launching it) is the pipeline draining; only a collective's wait for
+    a late peer there is a loss (the peer's)."""
+    if "tail" not in out:
+        return out
+    tail = out["tail"].fillna(False).to_numpy(dtype=bool)
+    keep = (out["cause"] == "collective").to_numpy() & (out["peer"].to_numpy() >= 0)
+    out.loc[tail & ~keep, "cause"] = "drain"
+    out.loc[tail & ~keep, "via"] = -1
+    return out.drop(columns="tail")
+
+
+def _trail(T: Tasks, g: int, a: int, b: int, device: int, segs: list, dispatch_ns: int) -> None:
+    """Append the causes of the device's last idle span [a, b), after its last kernel: what the
+    device still waited for there (the task running to the end: a collective waiting for its
+    peers, a copy out), walked back like any span from that task; only the time after the last
+    task ended is the pipeline draining."""
+    on = np.flatnonzero((T.device == device) & (T.kind != "kernel") & (T.end > np.maximum(T.ts, a)) & (T.ts < b))
+    if not len(on):
+        segs.append((g, a, b, "drain", -1))
+        return
+    q = int(on[np.argmax(T.end[on])])
+    qe = min(int(T.end[q]), b)
+    if b > qe:
+        segs.append((g, qe, b, "drain", -1))
+    p = int(T.producer[q]) if T.kind[q] == "wait" else -1
+    if p >= 0:
+        t, node = _through_event(T, g, a, qe, p, segs), p
+    else:
+        t0 = max(int(T.ts[q]), a)
+        if qe > t0:
+            segs.append((g, t0, qe, _SPAN_CAUSE.get(T.kind[q], "event"), int(T.stream[q])))
+        t, node = min(qe, int(T.ts[q])), q
+    _walk(T, g, a, t, node, segs, dispatch_ns)
+
+
 def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list, gap_cause: str = "dispatch") -> int:
     """Append the time from task `q`'s end to `t` (`gap_cause`: dispatch) and `q`'s running time
     inside [a, t) (its kind's cause, on its stream): `q`, on another stream, released the task at
@@ -248,6 +294,33 @@ def _through_event(T: Tasks, g: int, a: int, t: int, q: int, segs: list, gap_cau
     if t > max(int(T.ts[q]), a):
         segs.append((g, max(int(T.ts[q]), a), t, _SPAN_CAUSE.get(T.kind[q], "event"), int(T.stream[q])))
     return min(t, int(T.ts[q]))
+
+
+def idle_by_rank(frames: Frames) -> dict[int, dict]:
+    """Per rank, the attributed idle the finer time findings draw on (their cost is part of it,
+    never added to it): `step_ns` (its devices' step windows), `transfer_ns` (idle while a
+    collective moved data after every rank arrived: peer -1), `copy_ns`, and `peer_ns` {rank: idle
+    waiting for that rank to reach a collective}. Cached per frames."""
+    key = ("causality.idle_by_rank",)
+    if key in frames._cache:
+        return frames._cache[key]
+    table = attribution(frames)
+    out: dict[int, dict] = {}
+    for (rank, _device), w in device_windows(frames).items():
+        row = out.setdefault(int(rank), {"step_ns": 0, "transfer_ns": 0, "copy_ns": 0, "peer_ns": {}})
+        row["step_ns"] += int((w["end"] - w["start"]).sum())
+    if len(table):
+        coll = table[table["cause"] == "collective"]
+        for (rank, peer), v in coll.groupby(["rank", "peer"])["idle_ns"].sum().items():
+            row = out[int(rank)]
+            if peer < 0:
+                row["transfer_ns"] += int(v)
+            else:
+                row["peer_ns"][int(peer)] = row["peer_ns"].get(int(peer), 0) + int(v)
+        for rank, v in table[table["cause"] == "copy"].groupby("rank")["idle_ns"].sum().items():
+            out[int(rank)]["copy_ns"] += int(v)
+    frames._cache[key] = out
+    return out
 
 
 def _name_peers(out: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
