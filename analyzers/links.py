@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.finding import Finding, Severity, Skipped, register
+from analyzers.causality import idle_by_rank
+from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames
-from msprof_py.trace.units import ms, sig
+from analyzers.severity import severity
+from msprof_py.trace.units import ms, pct, sig
 
 _LINK = re.compile(r"^r(?P<rank>\d+)(?:\.d\d+)?(?:->r(?P<peer>\d+))?\.(?P<type>hccs|roce_tx|roce_rx|pcie_h2d|pcie_d2h|hbm) GB/s$")
 
@@ -31,8 +33,13 @@ def analyze(frames: Frames, cfg: LinkConfig):
     hardware-bandwidth counters play the same role) give each link's best rate while busy and
     its busy time. Nominal bandwidth per link type comes from the topology and device preset
     in the trace metadata (a specification, not a measurement). A link whose best rate stays
-    under `slow_ratio` x nominal although it was busy for `min_busy_ns` is slow; the time
-    lost is its busy time times (1 - best / nominal).
+    under `slow_ratio` x nominal although it was busy for `min_busy_ns` is slow. What running
+    it at nominal would recover is a view of the causal attribution: the rank's device idle
+    while its collectives moved data after every rank arrived (the exposed transfer; transfers
+    hidden under compute cost nothing), times (1 - best / nominal), and never more than the
+    link's busy time times the same. That cost is part of the rank's BUBBLE_COLLECTIVE
+    (analyzers.severity.COST_OF); its share of the rank's step time sets the severity by the one
+    rule (analyzers.severity).
     """
     return reduce([summarize(frames)], cfg)
 
@@ -46,8 +53,10 @@ def summarize(frames: Frames) -> dict:
     whether the ranks had link counters at all. `reduce` groups the slow links of all partitions."""
     c = frames.counters
     rows = c[c["name"].astype(str).str.endswith(" GB/s")] if not c.empty else c
+    # Every partition gives its ranks' idle: a link's counters may sit in another rank's partition.
+    idle = {rank: {"transfer_ns": r["transfer_ns"], "step_ns": r["step_ns"]} for rank, r in idle_by_rank(frames).items()}
     if rows.empty:
-        return {"counters": False, "links": []}
+        return {"counters": False, "links": [], "idle": idle}
     names = rows["name"].astype(str)
     extra = frames.trace.meta.extra
     topo, preset = extra.get("topology") or {}, extra.get("preset") or {}
@@ -63,7 +72,7 @@ def summarize(frames: Frames) -> dict:
         busy = float(((np.diff(ts)) * (val[:-1] > 0)).sum()) if len(ts) > 1 else 0.0
         links.append((name, {"link": name[:-5], "rank": int(m["rank"]), "best": float(val.max()),
                              "nominal": float(nominal[m["type"]]), "busy": busy, "t0": int(ts[0]), "t1": int(ts[-1])}))
-    return {"counters": True, "links": links}
+    return {"counters": True, "links": links, "idle": idle}
 
 
 def reduce(summaries: list[dict], cfg: LinkConfig):
@@ -78,6 +87,7 @@ def reduce(summaries: list[dict], cfg: LinkConfig):
             slow.append(link)
     # Links capped at the same rate are one fault seen from both ends (a flow crossing a slow link
     # runs at its rate on every other link of its path): report them together as suspects.
+    idle = {rank: r for s in summaries for rank, r in s.get("idle", {}).items()}
     findings = []
     groups: dict = {}
     for link in slow:
@@ -85,16 +95,22 @@ def reduce(summaries: list[dict], cfg: LinkConfig):
     for (best, nom), links in groups.items():
         busy = max(link["busy"] for link in links)
         names_ = ", ".join(link["link"] for link in links)
+        slower = 1 - best / nom
+        exposed = max(idle.get(link["rank"], {}).get("transfer_ns", 0) for link in links)
+        lost = int(min(busy, exposed) * slower)
+        step_ns = max(max(idle.get(link["rank"], {}).get("step_ns", 0) for link in links), 1)
         findings.append(Finding(
-            code="SLOW_LINK", severity=Severity.CRITICAL if best < 0.3 * nom else Severity.WARNING,
+            code="SLOW_LINK", severity=severity(lost / step_ns, "SLOW_LINK"),
             title="Slow link" + ("s" if len(links) > 1 else ""),
             message=(f"{names_} never exceeded {sig(best)} GB/s of the nominal {sig(nom)} GB/s over "
                      f"{ms(busy)} of traffic" + (" (one fault seen from both ends of the path)"
-                                                           if len(links) > 1 else "")),
+                                                           if len(links) > 1 else "")
+                     + f"; {ms(exposed)} of transfer left the device idle, at nominal {ms(lost)} less "
+                       f"({pct(lost / step_ns)} of the step time)"),
             rank=min(link["rank"] for link in links), ts_ns=min(link["t0"] for link in links),
             dur_ns=max(link["t1"] for link in links) - min(link["t0"] for link in links),
             metric="best_over_nominal", value=round(best / nom, 4), threshold=cfg.slow_ratio,
-            lost_ns=int(busy * (1 - best / nom)),
+            lost_ns=lost,
             evidence=[{"link": link["link"], "rank": link["rank"], "best_gbps": link["best"], "nominal_gbps": nom}
                       for link in links]))
     return findings, {"links": metrics}

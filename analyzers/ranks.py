@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzers.causality import idle_by_rank
 from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames, union_ns
 from analyzers.severity import WARNING_SHARE, severity
@@ -22,6 +23,8 @@ class RankConfig:
     min_late_ns: int = 10_000
     #: The straggler must explain at least this share of all the waiting in matched collectives.
     min_share_of_waiting: float = 0.5
+    #: A straggler is reported when the others waited at least this long for it (their mean wait,
+    #: summed over the collectives it held up), whatever that cost their devices.
     min_lost_ns: int = 50_000
     spread: float = 0.05  # msprof-analyze advisor: (max - min) / mean > 5% (supporting metric)
     evidence: int = 5
@@ -50,7 +53,10 @@ def analyze(frames: Frames, cfg: RankConfig):
     average rank of the job sat idle in that collective because of it, which is what an
     independent measurement of "time the other ranks spend waiting in collectives" gives
     (the max would overstate it whenever one rank was itself a bit late; the sum over ranks
-    counts device-time, not job time). One finding names the straggler (`rank`), the ranks
+    counts device-time, not job time), capped by its evidence in the causal attribution: the
+    mean over those members of their device idle the attribution charges to the straggler
+    (their waits while a kernel still ran on their device cost nothing). The cost is part of the
+    waiting ranks' BUBBLE_COLLECTIVE, never added to it (analyzers.severity.COST_OF). One finding names the straggler (`rank`), the ranks
     that waited (`ranks`) and the window from the first to the last affected collective (one
     straggler is one problem: the collectives it held up are evidence and metrics, not separate
     occurrences); per-rank compute / communication / wait / free time are in the metrics. Severity: warning when the cost is >= `warning`
@@ -68,6 +74,7 @@ def summarize(frames: Frames) -> dict:
     next to the trace: `reduce` over the summaries of all partitions gives the findings."""
     ops = frames.device_ops
     parts = collective_parts(frames)
+    idle = idle_by_rank(frames)
     rows = []
     for rank in sorted(int(r) for r in ops["rank"].unique()):
         g = ops[ops["rank"] == rank]
@@ -79,7 +86,9 @@ def summarize(frames: Frames) -> dict:
                      "compute_ns": union_ns(comp["ts"].to_numpy(), comp["end"].to_numpy()),
                      "communication_ns": union_ns(p["arrival_ns"].to_numpy(), p["end"].to_numpy()),
                      "wait_ns": int(p["wait_ns"].sum()), "busy_ns": union_ns(busy_ts, busy_end),
-                     "t0": int(g["ts"].min()), "t1": int(g["end"].max())})
+                     "t0": int(g["ts"].min()), "t1": int(g["end"].max()),
+                     # Its device idle the attribution charges to each peer it waited for.
+                     "peer_idle_ns": dict(idle.get(rank, {}).get("peer_ns", {}))})
     return {"parts": parts, "ranks": rows}
 
 
@@ -110,10 +119,18 @@ def reduce(summaries: list[dict], cfg: RankConfig):
     if caused.empty:
         return [], metrics
     straggler = int(caused.idxmax())
-    lost = int(caused.max())
-    if lost < cfg.min_lost_ns or (total_wait and lost / total_wait < cfg.min_share_of_waiting):
-        return [], metrics
     mine = waited[waited["late_rank"] == straggler].sort_values("first_arrival_ns")
+    # The straggler is named by arrivals (as HTA names it); its cost is a view of the attribution:
+    # what the others' devices sat idle waiting for it (part of their BUBBLE_COLLECTIVE,
+    # analyzers.severity.COST_OF), averaged over them. A rank that waited while its device still
+    # computed, or whose next kernels waited for something else, lost nothing to it then.
+    members = sorted({r for ws in mine["waits"] for r in ws})
+    peer_idle = {r["rank"]: r.get("peer_idle_ns", {}) for r in per_rank}
+    evidence = sum(peer_idle.get(r, {}).get(straggler, 0) for r in members) / max(len(members), 1)
+    metrics["caused_idle_ns"] = int(evidence)
+    lost = int(min(caused.max(), evidence))
+    if caused.max() < cfg.min_lost_ns or (total_wait and caused.max() / total_wait < cfg.min_share_of_waiting):
+        return [], metrics
     share = lost / span
     sev = severity(share, "SLOW_RANK")
     waiting = sorted({r for ws in mine["waits"] for r, w in ws.items() if w > 0})
@@ -132,7 +149,8 @@ def reduce(summaries: list[dict], cfg: RankConfig):
         code="SLOW_RANK", severity=sev, title="Slow rank: the others wait for it in collectives",
         message=(f"rank {straggler} arrived last at {len(mine)} of {len(per)} matched collectives; "
                  f"{len(waiting)} other rank(s) waited {ms(mine['mean_wait_ns'].mean())} on average "
-                 f"each time, {ms(lost)} in all ({pct(share)} of the job's span)"),
+                 f"each time, {ms(caused.max())} in all, {ms(lost)} of it with their devices idle "
+                 f"({pct(share)} of the job's span)"),
         rank=straggler, device=by_rank[straggler].get("device"), ts_ns=ts, dur_ns=end - ts,
         metric="collective_wait_caused_ns", value=float(lost), threshold=float(WARNING_SHARE * span),
         lost_ns=lost, ranks=waiting,

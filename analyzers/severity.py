@@ -18,6 +18,18 @@ A finding whose cause the trace cannot name (unexplained) is at most a warning, 
 measurement that no single fix recovers (device idle while a collective runs: exposed
 communication, whose recoverable part SLOW_RANK / SLOW_LINK / BANDWIDTH_CONTENTION report with
 their cause) stays information: `CEILING` lists these codes and their highest severity.
+
+What a time cost is drawn from (`COST_OF`), so that no nanosecond is counted twice and the costs
+of a run never add up to more than its idle, blocked and busy time:
+
+| budget | codes | what the cost is |
+|---|---|---|
+| `idle` | BUBBLE_*, LAUNCH_BOUND | a device's kernel-idle time, each nanosecond one cause (analyzers.causality.attribution) |
+| `blocked` | QUEUE_CONGESTION | host time blocked in launches at a full stream queue (the device was busy) |
+| `busy` | CORE_CONTENTION, UNDER_OCCUPANCY | latency while the device computes: tasks waiting for cores, cores a kernel left unused |
+| a cause of `idle` | SLOW_RANK, LOW_OVERLAP, SLOW_LINK (collective), BANDWIDTH_CONTENTION (copy, collective, unexplained, and fill / drain: a slowed copy before the first kernel) | a finer reason for part of that cause's idle: an "of which" of the BUBBLE_ finding of the cause, never added to it |
+
+SYNC_STALL carries no cost (its device idle is BUBBLE_SYNC's); memory findings cost bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +52,28 @@ def severity(share: float, code: str = "") -> Severity:
            else Severity.INFO)
     cap = CEILING.get(code)
     return min(sev, cap) if cap is not None else sev
+
+
+#: Per code that costs time, what its cost is part of (see the table above): "idle", "blocked",
+#: "busy", or the attribution causes whose idle holds it (an "of which", never added).
+COST_OF: dict[str, str | tuple[str, ...]] = {
+    **{code: "idle" for code in ("BUBBLE_HOST_LAUNCH", "BUBBLE_SYNC", "BUBBLE_BLOCKING_COPY", "BUBBLE_OP_COMPILE",
+                                 "BUBBLE_DATA", "BUBBLE_HOST_IDLE", "BUBBLE_COPY", "BUBBLE_EVENT",
+                                 "BUBBLE_COLLECTIVE", "BUBBLE_OTHER", "LAUNCH_BOUND")},
+    "QUEUE_CONGESTION": "blocked",
+    "CORE_CONTENTION": "busy",
+    "UNDER_OCCUPANCY": "busy",
+    "SLOW_RANK": ("collective",),
+    "LOW_OVERLAP": ("collective",),
+    "SLOW_LINK": ("collective",),
+    "BANDWIDTH_CONTENTION": ("copy", "collective", "unexplained", "fill", "drain"),
+}
+
+
+def adds_up(code: str) -> bool:
+    """Whether a finding of `code`'s time cost adds to the run's total (False: it is part of
+    another's, see COST_OF)."""
+    return isinstance(COST_OF.get(code, "idle"), str)
 
 
 #: A memory finding's severity when the trace states no capacity (its share is of the run's peak).

@@ -31,8 +31,8 @@ def table(rows: list[dict], **extra) -> Trace:
     cols = {"rank": col("rank", 0), "ph": ["X"] * n, "name": col("name"), "cat": [None] * n, "ts": col("ts"),
             "dur": col("dur"), "pid": col("rank", 0), "tid": col("stream", 0), "id": [None] * n,
             "args": [None] * n, "extra": [None] * n, "kind": col("kind"), "device": col("rank", 0),
-            "stream": col("stream"), "corr": col("corr"), "bytes": col("bytes"), "addr": [None] * n,
-            "value": [None] * n, "step": [None] * n}
+            "stream": col("stream"), "corr": col("corr"), "bytes": col("bytes"), "addr": col("addr"),
+            "value": col("value"), "step": [None] * n}
     return build_table(cols, TraceMeta(source_format="chrome", extra=extra))
 
 
@@ -43,15 +43,16 @@ def findings(result, code):
 # ---------------------------------------------------------------- slow rank, by hand
 
 def test_host_side_straggler_is_the_rank_the_others_wait_for():
-    # Three ranks, three allreduces at 2, 4 and 6 ms. Ranks 0 and 1 reach each one 1.0 and 0.6 ms
-    # early and wait in Notify_Wait (same corr as the collective); rank 2 arrives last and waits
-    # only for its own compute (an EVENT_WAIT with another corr, which is no peer wait).
+    # Three ranks, three allreduces at 2, 4 and 6 ms (communicator 7, calls 0..2), each after the
+    # step's kernel on the same stream. Ranks 0 and 1 reach each one 1.0 and 0.6 ms early and
+    # wait in Notify_Wait (same corr as the collective) with their devices idle; rank 2 arrives
+    # last and waits only for its own compute (an EVENT_WAIT with another corr: no peer wait).
     rows, corr = [], 100
-    for t in (2 * MS, 4 * MS, 6 * MS):
+    for seq, t in enumerate((2 * MS, 4 * MS, 6 * MS)):
         for rank, early in ((0, 1_000_000), (1, 600_000), (2, 0)):
             corr += 1
             rows.append({"rank": rank, "name": "fwd", "kind": "kernel", "ts": t - 1_500_000, "dur": 400_000,
-                         "stream": 1, "corr": corr + 1000})
+                         "stream": 2, "corr": corr + 1000})
             if early:
                 rows.append({"rank": rank, "name": "Notify_Wait", "kind": "wait", "ts": t - early, "dur": early,
                              "stream": 2, "corr": corr})
@@ -59,11 +60,12 @@ def test_host_side_straggler_is_the_rank_the_others_wait_for():
                 rows.append({"rank": rank, "name": "EVENT_WAIT", "kind": "wait", "ts": t - 900_000, "dur": 900_000,
                              "stream": 2, "corr": corr + 5000})
             rows.append({"rank": rank, "name": "hcom_allReduce", "kind": "collective", "ts": t, "dur": 100_000,
-                         "stream": 2, "corr": corr, "bytes": 4096})
+                         "stream": 2, "corr": corr, "bytes": 4096, "addr": 7, "value": seq})
     result = run(table(rows), ["ranks"])
     (f,) = findings(result, "SLOW_RANK")
     assert f.rank == 2 and f.ranks == [0, 1]
-    assert f.lost_ns == 3 * 800_000  # per allreduce, the others wait 1.0 and 0.6 ms: 0.8 ms on average
+    # Per allreduce, the others' devices sit idle 1.0 and 0.6 ms waiting for it: 0.8 ms on average.
+    assert f.lost_ns == 3 * 800_000
     assert (f.ts_ns, f.ts_ns + f.dur_ns) == (2 * MS - 1_000_000, 6 * MS + 100_000)
     assert f.occurrences == []  # one straggler, one problem: the collectives it held up are evidence
     assert [(h["rank"], h["collective_stream"], h["ts"], h["dur"], h["lost_ns"])
@@ -78,14 +80,15 @@ def test_host_side_straggler_is_the_rank_the_others_wait_for():
 
 
 def test_nccl_style_collective_kernels_that_spin_until_the_last_rank_arrives():
-    # No wait tasks: each rank's kernel starts when it arrives and all end together.
+    # No wait tasks: each rank's kernel starts when it arrives and all end together; the next
+    # gemm runs after the all-reduce on the same stream.
     rows = []
     for k in range(4):
         t = (k + 1) * 5 * MS
         for rank, start in ((0, t), (1, t + 300_000)):
-            rows.append({"rank": rank, "name": "gemm", "kind": "kernel", "ts": t - 2 * MS, "dur": 1 * MS, "stream": 7})
+            rows.append({"rank": rank, "name": "gemm", "kind": "kernel", "ts": t - 2 * MS, "dur": 1 * MS, "stream": 20})
             rows.append({"rank": rank, "name": "ncclKernel_AllReduce", "kind": "collective", "ts": start,
-                         "dur": t + 500_000 - start, "stream": 20, "corr": 10 * k + rank})
+                         "dur": t + 500_000 - start, "stream": 20, "corr": 10 * k + rank, "addr": 84, "value": k})
     result = run(table(rows), ["ranks"])
     (f,) = findings(result, "SLOW_RANK")
     assert (f.rank, f.ranks, f.lost_ns, len(result.metrics["ranks"]["held_up"])) == (1, [0], 4 * 300_000, 4)
@@ -126,6 +129,11 @@ def _others_wait(trace, straggler):
     return float(per_rank.drop(straggler).mean())
 
 
+def _span(trace) -> int:
+    ops = Frames(trace).device_ops
+    return int(ops["end"].max() - ops["ts"].min())
+
+
 @pytest.mark.parametrize("scenario", ["bert-train-dp", "llm-train-2server"])
 def test_emulated_slow_npu_is_named_with_the_loss_the_others_wait(scenario):
     from runtime_emu import scenarios
@@ -133,10 +141,20 @@ def test_emulated_slow_npu_is_named_with_the_loss_the_others_wait(scenario):
     r = scenarios.run(scenario, switches=["slow-rank"], seed=0)
     (truth,) = [p for p in r.ground_truth["problems"] if p["problem"] == "slow-rank"]
     exp = truth["expected"]
-    (f,) = findings(run(r.trace, ["ranks"]), "SLOW_RANK")
+    result = run(r.trace, ["ranks"])
+    (f,) = findings(result, "SLOW_RANK")
     assert f.rank == exp["slow_rank"] and f.ranks == exp["waiting_ranks"]
-    assert f.lost_ns == pytest.approx(_others_wait(r.trace, f.rank), rel=0.01)
-    assert f.lost_ns == pytest.approx(exp["others_mean_wait_ns"] * exp["collectives"], rel=0.01)
+    # The others waited (arrival to release) as long as they sat in Notify_Wait...
+    waited = result.metrics["ranks"]["caused_wait_ns"][f.rank]
+    assert waited == pytest.approx(_others_wait(r.trace, f.rank), rel=0.01)
+    assert waited == pytest.approx(exp["others_mean_wait_ns"] * exp["collectives"], rel=0.01)
+    # ...but much of that wait overlapped their own backward compute: the cost is their device
+    # idle charged to the straggler, which is what the real fix (the same job without the slow
+    # NPU) gives back: within 20% of it, where the waits overstate it about 1.85x.
+    twin = scenarios.run(scenario, seed=0)
+    saving = _span(r.trace) - _span(twin.trace)
+    assert f.lost_ns < waited
+    assert f.lost_ns == pytest.approx(saving, rel=0.2)
     when = truth["when"]
     assert f.ts_ns < when["end_ns"] and f.ts_ns + f.dur_ns > when["start_ns"]
     assert f.severity == Severity.CRITICAL
@@ -208,8 +226,12 @@ def test_sampled_128rank_pair_agrees_with_hta_straggler(real_traces, tmp_path):
     # (2 on stream 84, 2 on stream 203); in all four, rank 1 started last.
     assert result.metrics["ranks"]["collectives_matched"] == 4
     (f,) = findings(result, "SLOW_RANK")
-    assert (f.rank, f.ranks, f.lost_ns) == (1, [0], 27_006_000)
-    assert f.severity == Severity.INFO  # 27 ms of a 1.2 s span
+    # Rank 0 waited 27 ms for rank 1 in all, but none of its device idle waited on those
+    # SendRecvs (its next kernels waited for their host or for nothing the trace records): the
+    # straggler is named, at no cost.
+    assert result.metrics["ranks"]["caused_wait_ns"] == {1: 27_006_000}
+    assert (f.rank, f.ranks, f.lost_ns) == (1, [0], 0)
+    assert f.severity == Severity.INFO
     from hta.trace_analysis import TraceAnalysis
 
     for p in paths:

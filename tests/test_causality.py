@@ -10,9 +10,10 @@ import pytest
 
 import analyzers
 from analyzers import Frames, Severity
-from analyzers.causality import CAUSES, attribution, device_windows
+from analyzers.causality import CAUSES, attribution, device_windows, idle_by_rank
 from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.frames import Cover, intersect_intervals, merge_intervals, union_ns
+from analyzers.severity import COST_OF, adds_up
 from msprof_py.trace.importers import import_trace
 from msprof_py.trace.schema import COLUMN_NAMES, TraceMeta, build_table
 from runtime_emu import scenarios
@@ -83,11 +84,49 @@ def check_findings(trace) -> None:
         if f.code == "UNDER_OCCUPANCY":
             ops = Frames(trace).device_ops
             assert f.lost_ns <= int(ops.loc[ops["kind"].astype(str) == "kernel", "dur"].sum()), f.message
-    # No two findings count the same idle nanosecond: bubble and launch costs add up to at most
-    # the attributed idle.
-    idle = int(attribution(Frames(trace))["idle_ns"].sum())
-    lost = sum(f.lost_ns or 0 for f in result.findings if f.code.startswith("BUBBLE_") or f.code == "LAUNCH_BOUND")
-    assert lost <= idle
+    check_costs(Frames(trace), result.findings)
+
+
+def check_costs(frames: Frames, findings) -> None:
+    """No nanosecond is counted twice (analyzers.severity.COST_OF): per device the idle codes add
+    up to at most its attributed idle; blocked launches to at most the launch calls' time; busy
+    latency to at most the kernels' time; a finer cause never exceeds the idle of the causes it
+    is part of; and the costs that add up never exceed the run's idle + blocked + busy time."""
+    table = attribution(frames)
+    idle = idle_by_rank(frames)
+    ops = frames.device_ops
+    kernels = ops[ops["kind"].astype(str) == "kernel"]
+    calls = frames.host_calls
+    launch_calls = calls[calls["kind"].astype(str) == "launch"]
+    timed = [f for f in findings if f.lost_ns is not None]
+    for f in timed:
+        assert f.code in COST_OF, f"{f.code} costs time but COST_OF does not say what of"
+        assert f.lost_ns >= 0, f.message
+    budget = {"idle": int(table["idle_ns"].sum()), "blocked": 0, "busy": 0}
+    for (rank, device), g in table.groupby(["rank", "device"]):
+        lost = sum(f.lost_ns for f in timed if COST_OF[f.code] == "idle" and (f.rank, f.device) == (rank, device))
+        assert lost <= int(g["idle_ns"].sum()), (rank, device)
+        mine = [f for f in timed if f.code == "BANDWIDTH_CONTENTION" and (f.rank, f.device) == (rank, device)]
+        held = int(g.loc[g["cause"].isin(COST_OF["BANDWIDTH_CONTENTION"]), "idle_ns"].sum())
+        assert sum(f.lost_ns for f in mine) <= held, (rank, device)
+    for rank, g in launch_calls.groupby("rank"):
+        blocked = int(g["dur"].fillna(0).sum())
+        budget["blocked"] += blocked
+        assert sum(f.lost_ns for f in timed if COST_OF[f.code] == "blocked" and f.rank == rank) <= blocked, rank
+    for rank, g in kernels.groupby("rank"):
+        busy = int((g["end"] - g["ts"]).sum())
+        budget["busy"] += busy
+        assert sum(f.lost_ns for f in timed if COST_OF[f.code] == "busy" and f.rank == rank) <= busy, rank
+    for f in timed:
+        if f.code == "LOW_OVERLAP":
+            for o in f.occurrences:
+                assert o["lost_ns"] <= idle[o["rank"]]["transfer_ns"], f.message
+        if f.code == "SLOW_LINK":
+            assert f.lost_ns <= max(r["transfer_ns"] for r in idle.values()), f.message
+        if f.code == "SLOW_RANK":
+            caused = sum(r["peer_ns"].get(f.rank, 0) for r in idle.values())
+            assert f.lost_ns * max(len(f.ranks), 1) <= caused, f.message
+    assert sum(f.lost_ns for f in timed if adds_up(f.code)) <= sum(budget.values())
 
 
 @pytest.mark.parametrize("name", REAL)
