@@ -397,7 +397,14 @@ def _after_sync(s: pd.DataFrame, host: HostState, slack_ns: int = 1_000) -> pd.D
     wait, copy_wait = _sync_budgets(s, host, slack_ns)
     if not wait.any():
         return s
+    # The budgets are per piece: look them up again by piece once the first spending has
+    # dropped and appended rows.
+    key = _piece_key(s)
+    wait_of = pd.Series(wait).groupby(key).max()
+    copy_of = pd.Series(copy_wait).groupby(key).max()
     s, spent = _spend(s, ("launch", "host"), wait)
+    key = _piece_key(s)
+    wait, copy_wait = wait_of.reindex(key).to_numpy(np.int64), copy_of.reindex(key).to_numpy(np.int64)
     s, _ = _spend(s, ("data",), np.minimum(copy_wait, wait - spent))
     keys = ["gap", "ts", "end", "cause", "via", "thread", "device", "next", "step", "step_start", "step_end"]
     return s.groupby(keys, as_index=False, sort=False, dropna=False)["idle_ns"].sum()
