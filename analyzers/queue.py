@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.finding import Finding, Skipped, register
-from analyzers.frames import Frames
+from analyzers.frames import Cover, Frames
 from analyzers.severity import WARNING_SHARE, severity
 from analyzers.streams import STREAM_KEY, queue_series, queue_summary
 from msprof_py.trace.units import ms, pct
@@ -80,7 +80,9 @@ def analyze(frames: Frames, cfg: QueueConfig):
         blocked_ns = int(full["blocked_ns"].sum())
         n_blocked = int((full["blocked_ns"] > 0).sum())
         d = delays.get(key, {})
+        held = _idle_held(frames, key[0], full)
         stream_rows.append({"rank": key[0], "device": key[1], "stream": key[2], "count": int(row.count),
+                            "idle_held_ns": held,
                             "mean": float(row.mean), "max": int(row.max), "peak_occupancy": peak,
                             "full_launches": len(full), "blocked_launches": n_blocked, "blocked_ns": blocked_ns,
                             **{f"delay_{p}_ns": d.get(p) for p in ("p50", "p90", "p99")}})
@@ -105,13 +107,47 @@ def analyze(frames: Frames, cfg: QueueConfig):
             code="QUEUE_CONGESTION", severity=sev, title="Stream queue congested",
             message=(f"rank {key[0]} device {key[1]} stream {key[2]}: queue held up to {peak} of {limit} tasks "
                      f"(queued or running); host blocked {ms(blocked_ns)} ({pct(share)} of the span) in "
-                     f"{n_blocked} of {len(full)} launches made at a full queue, in {len(episodes)} episode(s); "
+                     f"{n_blocked} of {len(full)} launches made at a full queue, in {len(episodes)} episode(s), "
+                     f"{ms(held)} of it with the device idle waiting for launches held behind it; "
                      f"queueing delay p50 {ms(d.get('p50', 0))}, p99 {ms(d.get('p99', 0))}"),
             **where, ts_ns=ts_ns, dur_ns=None if ts_ns is None else end_ns - ts_ns,
             metric="queue_occupancy_max", value=float(peak), threshold=cfg.near_limit * limit, lost_ns=blocked_ns,
             evidence=evidence, occurrences=[{**where, **e} for e in episodes] if len(episodes) > 1 else []))
     total = int(launches["blocked_ns"].sum()) if len(launches) else 0
     return findings, {"streams": stream_rows, "queue_limit": limit, "full_level": full_level, "blocked_ns": total}
+
+
+def _idle_held(frames: Frames, rank: int, full: pd.DataFrame) -> int:
+    """Device idle of `rank` the attribution charges to the host blocked at a full queue, inside
+    the blocked parts of `full`'s launches (each idle row at most once, at most its overlap)."""
+    from analyzers.causality import attribution
+
+    blocked = full[full["blocked_ns"] > 0]
+    if blocked.empty:
+        return 0
+    table = attribution(frames)
+    rows = table[(table["rank"] == rank) & (table["cause"] == "queue")]
+    if rows.empty:
+        return 0
+    c = Cover(blocked["ts"].to_numpy(np.int64), (blocked["ts"] + blocked["blocked_ns"]).to_numpy(np.int64))
+    overlap = c.between(rows["ts"].to_numpy(np.int64), rows["end"].to_numpy(np.int64))
+    return int(np.minimum(overlap, rows["idle_ns"].to_numpy(np.int64)).sum())
+
+
+def blocked_at_full_queue(frames: Frames) -> pd.DataFrame:
+    """The launches that blocked at a full stream queue by the default settings (QueueConfig):
+    `blocked_launches` rows with blocked_ns > 0, cached per frames. The dependency graph reads
+    them: such a call returned when a task on its stream retired (analyzers.causality)."""
+    key = ("queue.blocked",)
+    if key not in frames._cache:
+        series = queue_series(frames)
+        cols = ["rank", "device", "stream", "pid", "tid", "name", "ts", "dur", "corr", "blocked_ns"]
+        if series.empty:
+            frames._cache[key] = pd.DataFrame(columns=cols)
+        else:
+            b = blocked_launches(frames, series, _limit_from_trace(frames), QueueConfig.full_slack)
+            frames._cache[key] = b.loc[b["blocked_ns"] > 0, cols].reset_index(drop=True)
+    return frames._cache[key]
 
 
 def _limit_from_trace(frames: Frames) -> int:

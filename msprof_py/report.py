@@ -303,7 +303,7 @@ _PART_COLOURS = {"compute": "#4c78a8", "communication": "#b279a2", "copy": "#f58
 _HOST_COLOURS = {"api": "#9d9d9d", "launch": "#54a24b", "sync": "#e45756", "wait": "#ff9da6",
                  "host_work": "#72b7b2", "data_load": "#eeca3b"}
 _CAUSE_LABELS = {"host_launch": "host-bound launch", "launch": "launch overhead", "sync": "host synchronize",
-                 "data": "data loading", "copy": "waiting on a copy", "event": "waiting on an event",
+                 "queue": "host blocked at a full queue", "data": "data loading", "copy": "waiting on a copy", "event": "waiting on an event",
                  "collective": "waiting on a collective", "fill": "pipeline fill", "drain": "pipeline drain",
                  "other": "unexplained", UNCLASSIFIED: "unclassified"}
 _IDLE_COLOURS = ["#d62728", "#8c564b", "#bcbd22", "#17becf", "#e377c2", "#7f7f7f", "#9467bd", "#ff9896",

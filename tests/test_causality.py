@@ -248,6 +248,71 @@ def test_host_time_after_a_draining_sync_is_the_syncs_up_to_its_wait():
     assert causes(rows) == [(100, 140, "sync", 40)]
 
 
+def _flood(compute_first: bool, gemm_ns: int = 1_000_000):
+    """Three steps of one host thread: 200 1 MiB uploads on a copy stream whose queue holds 64
+    tasks, and 20 GEMMs of 1 ms on a compute stream; the user's order (uploads first) or the fix
+    (compute first, the uploads running under it)."""
+    from runtime_emu import Kernel, Runtime, acl
+
+    acl.init(seed=0, preset=Runtime().preset.with_(queue_tasks=64))
+    acl.rt.set_device(0)
+    copies, compute = acl.rt.create_stream(), acl.rt.create_stream()
+    host, dev = acl.rt.malloc_host(1 << 20), acl.rt.malloc(1 << 20)
+
+    def gemms():
+        for _ in range(20):
+            acl.rt.launch_kernel(Kernel("gemm", block_ns=gemm_ns), 20, compute)
+
+    for _ in range(3):
+        with acl.prof.step():
+            if compute_first:
+                gemms()
+            for _ in range(200):
+                acl.rt.memcpy_async(dev, 1 << 20, host, 1 << 20, acl.ACL_MEMCPY_HOST_TO_DEVICE, copies)
+            if not compute_first:
+                gemms()
+            acl.rt.synchronize_stream(compute)
+            acl.rt.synchronize_stream(copies)
+    return acl.finalize().trace
+
+
+def test_a_launch_blocked_at_a_full_queue_is_the_queues_not_launch_overhead():
+    from analyzers.causality.critical_path import step_paths
+
+    flooded, fixed = _flood(compute_first=False), _flood(compute_first=True)
+    frames = Frames(flooded)
+    by = attribution(frames).groupby("cause")["idle_ns"].sum().to_dict()
+    # Steps 2 and 3: the GEMMs' launches waited behind 136 blocked upload launches each; step 1's
+    # wait is before the first kernel (fill). Only the uploads' own launch calls are launch time.
+    assert by == {"queue": 9_974_768, "fill": 5_987_384, "launch": 2_012_000, "sync": 8_000}
+    check_invariants(frames)
+    # The fix (compute first) recovers that idle: the run is 17.96 ms shorter, which queue + fill
+    # + launch account for to within 0.2%.
+    ops, ops_fixed = frames.device_ops, Frames(fixed).device_ops
+    saving = int(ops["end"].max() - ops["ts"].min()) - int(ops_fixed["end"].max() - ops_fixed["ts"].min())
+    assert saving == 17_962_152
+    assert by["queue"] + by["fill"] + by["launch"] == pytest.approx(saving, rel=0.002)
+    result = analyzers.run(flooded)
+    (queue,) = [f for f in result.findings if f.code == "QUEUE_CONGESTION"]
+    assert queue.stream == 1 and "9.97 ms of it with the device idle" in queue.message
+    (launch,) = [f for f in result.findings if f.code == "LAUNCH_BOUND"]
+    assert launch.lost_ns == 2_012_000 and launch.severity == Severity.INFO  # was 10.4 ms, critical
+    # On the critical path the blocked launches return when an upload retires: each step is the
+    # uploads the GEMMs waited behind, then the GEMMs (before: 5.99 ms of "launch").
+    for _, path in step_paths(frames, 0):
+        blame = path.blame()
+        assert (blame["compute"], blame["copy"], blame["launch"]) == (20_000_000, 5_976_384, 12_000)
+
+
+def test_host_work_after_a_draining_sync_that_moved_launch_time_keeps_its_own_budget():
+    # With 0.1 ms GEMMs the uploads outlast the compute: the sync on the upload stream drains
+    # the device, and the launch time after it moves to the sync before the data pass runs.
+    frames = Frames(_flood(compute_first=False, gemm_ns=100_000))
+    by = check_invariants(frames)
+    assert by == {"copy": 1_602_832, "drain": 801_416, "fill": 5_987_384, "launch": 413_168, "queue": 9_974_768,
+                  "sync": 1_602_832}
+
+
 def test_a_blocking_copy_on_the_host_is_named_as_such():
     rows = [launch(0, 10, 1), task("K1", "kernel", 1, 10, 90, 1),
             {"ph": "X", "name": "cudaMemcpy", "kind": "sync", "ts": 100, "dur": 300, "corr": 2},

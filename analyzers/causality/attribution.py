@@ -10,7 +10,8 @@ task's cause (a copy: the cores waited for data; a collective; an event wait: th
 other stream that released it, named), and the walk continues from that task's own start. The launch call: the host was
 late, and [a, launch end) is what the launching thread was doing (graph.HostState, each instant
 once): launch calls, a synchronize (split by what it waited for on the device: a copy, a
-collective, an event, or nothing left but the sync itself), a blocking copy, data loading or
+collective, an event, or nothing left but the sync itself), a blocking copy, a launch blocked at a full
+stream queue (the queue's: it returned when a task of that stream retired), data loading or
 host work, framework calls, or host time no call covers. Where the trace records no release
 reaching back to `a`, the rest is `unexplained`. After the device's last kernel, the walk starts
 from the task that ran to the end: a collective's wait for a late peer there is a loss (the
@@ -35,6 +36,7 @@ CAUSE_LABELS = {
     "host": "host-bound: framework / untraced host time",
     "sync": "host synchronize",
     "blocking_copy": "blocking copy on the host",
+    "queue": "host blocked at a full stream queue",
     "compile": "operator compile on the host",
     "data": "data loading / preprocessing",
     "host_idle": "host idle, waiting for work",
@@ -48,14 +50,14 @@ CAUSE_LABELS = {
 }
 CAUSES = tuple(CAUSE_LABELS)
 #: Causes where the device waited for its host.
-HOST_CAUSES = ("launch", "host", "sync", "blocking_copy", "compile", "data", "host_idle")
+HOST_CAUSES = ("launch", "host", "sync", "blocking_copy", "queue", "compile", "data", "host_idle")
 #: Causes that are no problem to fix: the pipeline filling before the first kernel and draining
 #: after the last, and the device's own turnaround between tasks already queued.
 EDGE_CAUSES = ("fill", "drain", "dispatch")
 #: A device task's running time inside an idle span, by its kind.
 _SPAN_CAUSE = {"memcpy": "copy", "memset": "copy", "collective": "collective", "wait": "event"}
 #: Host classes (graph.HOST_CLASSES) -> cause; "sync" is split by what it waited for.
-_HOST_CAUSE = {"blocking_copy": "blocking_copy", "op_compile": "compile", "launch": "launch", "data_load": "data",
+_HOST_CAUSE = {"blocking_copy": "blocking_copy", "queue": "queue", "op_compile": "compile", "launch": "launch", "data_load": "data",
                "host_work": "data", "host_idle": "host_idle",
                "framework": "host"}
 _SYNC_ON = ("copy", "collective", "event")

@@ -45,7 +45,15 @@ import pyarrow as pa
 from analyzers.causality.attribution import DISPATCH_NS
 from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.contention import contended_rows
-from analyzers.causality.graph import _class_of, _event_ids, _producers, _waited, rank_graph, stream_tasks
+from analyzers.causality.graph import (
+    _class_of,
+    _event_ids,
+    _producers,
+    _waited,
+    blocked_corrs,
+    rank_graph,
+    stream_tasks,
+)
 from analyzers.frames import Frames
 
 #: How close a wait's end must be to its producer's end (as in the attribution).
@@ -62,6 +70,7 @@ CP_CAUSE_LABELS = {
     "contention": "core contention: ready, waiting for cores other streams' kernels held",
     "sync": "host synchronize (its own time, not its wait)",
     "blocking_copy": "blocking copy on the host (its own time)",
+    "queue": "a launch blocked at a full stream queue (from the task that retired to its return)",
     "compile": "operator compile on the host",
     "data": "data loading / host work",
     "host_idle": "host idle",
@@ -71,7 +80,8 @@ CP_CAUSE_LABELS = {
 }
 CP_CAUSES = tuple(CP_CAUSE_LABELS)
 #: Host class (graph.HOST_CLASSES) -> the cause of host time on the path.
-_HOST_CLASS_CAUSE = {"sync": "sync", "blocking_copy": "blocking_copy", "op_compile": "compile", "launch": "launch",
+_HOST_CLASS_CAUSE = {"sync": "sync", "blocking_copy": "blocking_copy", "queue": "queue", "op_compile": "compile",
+                     "launch": "launch",
                      "data_load": "data", "host_work": "data", "host_idle": "host_idle", "framework": "host"}
 _TASK_CAUSE = {"kernel": "compute", "memcpy": "copy", "memset": "copy", "collective": "collective", "wait": "dispatch"}
 #: Edge types, as HTA names them (critical_path_*), for the comparison and the breakdown.
@@ -291,6 +301,10 @@ class _Graph:
         sub = sub[(sub["ph"] == "X") & (sub["dur"].fillna(0) > 0)].copy()
         sub["end"] = sub["ts"] + sub["dur"].astype(np.int64)
         sub["klass"] = _class_of(sub, tasks)
+        # A launch made at a full queue returned when a task of its stream retired: it blocks.
+        full = (sub["klass"] == "launch").to_numpy() & np.isin(sub["corr"].to_numpy(np.float64),
+                                                               blocked_corrs(frames, rank))
+        sub.loc[full, "klass"] = "queue"
         return sub.sort_values(["pid", "tid", "ts", "end"], ascending=[True, True, True, False],
                                kind="stable").reset_index(drop=True)
 
@@ -396,7 +410,7 @@ class _Graph:
         end = c["end"].to_numpy(np.int64).copy()
         klass = c["klass"].to_numpy()
         cause = [_HOST_CLASS_CAUSE[k] for k in klass]
-        blocking = np.isin(klass, ("sync", "blocking_copy"))
+        blocking = np.isin(klass, ("sync", "blocking_copy", "queue"))
         thread = (c["pid"].astype(np.int64) * (1 << 32) + c["tid"].astype(np.int64)).to_numpy()
         bounds = np.flatnonzero(np.diff(thread)) + 1
         for lo, hi in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(c)]]).tolist()):
@@ -521,24 +535,40 @@ class _Graph:
         return out
 
     def _sync_edges(self, ts, end, device, stream) -> None:
-        """Each blocking host call ends after every stream's last task that ran while it waited."""
+        """Each blocking host call ends after every stream's last task that ran while it waited;
+        a launch blocked at a full queue after its own stream's (the task that retired)."""
         c = self.calls
-        blocking = np.flatnonzero(np.isin(c["klass"].to_numpy(), ("sync", "blocking_copy")))
-        if not len(blocking):
+        if c.empty:
             return
+        klass = c["klass"].to_numpy()
         c_ts = c["ts"].to_numpy(np.int64)
         c_end = c["end"].to_numpy(np.int64)
+        launch = self.tasks["launch"].to_numpy(np.int64) if self.D else np.zeros(0, np.int64)
+        # The lane each blocked launch waited on: its task's (device, stream).
+        lane_of = np.full((len(c), 2), np.iinfo(np.int64).min, dtype=np.int64)
+        hit = np.flatnonzero(launch >= 0)
+        lane_of[launch[hit], 0], lane_of[launch[hit], 1] = device[hit], stream[hit]
         lanes = pd.DataFrame({"d": device, "s": stream}).groupby(["d", "s"]).indices
-        for idx in lanes.values():
+        syncs = np.flatnonzero(np.isin(klass, ("sync", "blocking_copy")))
+        for (d, s_), idx in lanes.items():
             idx = np.asarray(idx)
-            order = idx[np.argsort(ts[idx], kind="stable")]
-            starts = ts[order]
-            k = np.searchsorted(starts, c_end[blocking], side="right") - 1
-            ok = k >= 0
-            j = order[np.maximum(k, 0)]
-            # Still running while the call waited, and done by the time it returned.
-            ok &= (end[j] >= c_ts[blocking]) & (end[j] <= c_end[blocking])
-            self._edges(2 * self.H + self.D + j[ok], self.H + blocking[ok], _SYNC, blocking[ok], "sync")
+            if len(syncs):
+                order = idx[np.argsort(ts[idx], kind="stable")]
+                k = np.searchsorted(ts[order], c_end[syncs], side="right") - 1
+                ok = k >= 0
+                j = order[np.maximum(k, 0)]
+                # Still running while the call waited, and done by the time it returned.
+                ok &= (end[j] >= c_ts[syncs]) & (end[j] <= c_end[syncs])
+                self._edges(2 * self.H + self.D + j[ok], self.H + syncs[ok], _SYNC, syncs[ok], "sync")
+            queued = np.flatnonzero((klass == "queue") & (lane_of[:, 0] == d) & (lane_of[:, 1] == s_))
+            if len(queued):
+                # The task of its stream that retired last before it returned freed its slot.
+                order = idx[np.argsort(end[idx], kind="stable")]
+                k = np.searchsorted(end[order], c_end[queued], side="right") - 1
+                ok = k >= 0
+                j = order[np.maximum(k, 0)]
+                ok &= end[j] >= c_ts[queued]
+                self._edges(2 * self.H + self.D + j[ok], self.H + queued[ok], _SYNC, queued[ok], "queue")
 
     # -- the longest path ----------------------------------------------------------------------------------------
 

@@ -14,7 +14,10 @@ zero-length event records on a stream) and host calls. Edges, each a release tim
   record call ended (`Tasks.event_src`). Such a wait row is the runtime's record of the call, at
   the call's time on the host clock, not a device task: it never enters a stream's FIFO order;
 - host program order: a launch call starts after the calls before it on its host thread, and
-  what the thread did meanwhile is its host state (`HostState`).
+  what the thread did meanwhile is its host state (`HostState`);
+- full queue -> launch return: a launch made at a full stream queue blocks until a task on its
+  stream retires (analyzers.queue.blocked_at_full_queue): its blocked part is the host class
+  `queue`, not launch time, and on the critical path the call returns after that task.
 
 Built from typed columns and `kind` only, so emulated, Kineto and torch_npu tables build alike.
 """
@@ -36,7 +39,8 @@ TASK_KINDS = ("kernel", "memcpy", "memset", "collective", "wait", "marker")
 #: What a host thread can be doing, highest priority first: at any instant the thread is in
 #: the first of these whose calls cover it (nested calls count once, as their innermost
 #: meaningful kind: a launch inside a Python frame is launch time).
-HOST_CLASSES = ("sync", "blocking_copy", "op_compile", "launch", "data_load", "host_work", "host_idle", "framework")
+HOST_CLASSES = ("sync", "blocking_copy", "queue", "op_compile", "launch", "data_load", "host_work", "host_idle",
+                "framework")
 
 
 @dataclass
@@ -200,6 +204,7 @@ def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
     sub = sub[sub["ph"] == "X"]
     sub = sub.assign(end=sub["ts"] + sub["dur"].fillna(0).astype(np.int64))
     sub["klass"] = _class_of(sub, tasks)
+    sub = pd.concat([sub, _blocked_parts(frames, rank)], ignore_index=True)
     device_busy: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for device, d in tasks.groupby("device"):
         k = d["kind"].to_numpy()
@@ -230,6 +235,28 @@ def host_state(frames: Frames, rank: int, tasks: pd.DataFrame) -> HostState:
         sc = g[np.isin(klass, ("sync", "blocking_copy"))]
         sync_calls.append(sc[["ts", "end", "name", "klass"]].sort_values("ts").reset_index(drop=True))
     return HostState(threads, upto, sync_on, sync_calls)
+
+
+def _blocked_parts(frames: Frames, rank: int) -> pd.DataFrame:
+    """`rank`'s launches that blocked at a full queue, as host rows of class `queue` over their
+    blocked part (the call waits for a slot first, then enqueues as usual)."""
+    from analyzers.queue import blocked_at_full_queue
+
+    b = blocked_at_full_queue(frames)
+    b = b[b["rank"] == rank]
+    ts = b["ts"].to_numpy(np.int64)
+    return pd.DataFrame({"ph": "X", "name": b["name"].astype(str).to_numpy(), "ts": ts,
+                         "dur": b["blocked_ns"].to_numpy(np.int64), "pid": b["pid"].to_numpy(np.int64),
+                         "tid": b["tid"].to_numpy(np.int64), "kind": "launch", "corr": np.nan,
+                         "end": ts + b["blocked_ns"].to_numpy(np.int64), "klass": "queue"})
+
+
+def blocked_corrs(frames: Frames, rank: int) -> np.ndarray:
+    """The corr ids of `rank`'s launches that blocked at a full queue."""
+    from analyzers.queue import blocked_at_full_queue
+
+    b = blocked_at_full_queue(frames)
+    return b.loc[b["rank"] == rank, "corr"].to_numpy(np.float64)
 
 
 def rank_graph(frames: Frames, rank: int, slack_ns: int) -> tuple[HostState, Tasks]:
