@@ -67,7 +67,7 @@ def analyze(frames: Frames, cfg: QueueConfig):
     full_level = (1.0 - cfg.full_slack) * limit
     summary = queue_summary(series)
     delays = _delays(frames)
-    launches = blocked_launches(frames, series, limit, cfg.full_slack)
+    launches = _launch_table(frames, series, limit, cfg.full_slack)
     per_stream = {tuple(int(k) for k in key): g for key, g in launches.groupby(STREAM_KEY)}
     spans = _rank_spans(frames)
     findings = []
@@ -145,8 +145,17 @@ def blocked_at_full_queue(frames: Frames) -> pd.DataFrame:
         if series.empty:
             frames._cache[key] = pd.DataFrame(columns=cols)
         else:
-            b = blocked_launches(frames, series, _limit_from_trace(frames), QueueConfig.full_slack)
+            b = _launch_table(frames, series, _limit_from_trace(frames), QueueConfig.full_slack)
             frames._cache[key] = b.loc[b["blocked_ns"] > 0, cols].reset_index(drop=True)
+    return frames._cache[key]
+
+
+def _launch_table(frames: Frames, series: pd.DataFrame, limit: int, full_slack: float) -> pd.DataFrame:
+    """`blocked_launches` cached per frames and settings (the analyzer and the dependency graph
+    read the same table)."""
+    key = ("queue.launches", int(limit), float(full_slack))
+    if key not in frames._cache:
+        frames._cache[key] = blocked_launches(frames, series, limit, full_slack)
     return frames._cache[key]
 
 

@@ -78,8 +78,16 @@ def queue_series(frames: Frames, *, fan_out: bool = False) -> pd.DataFrame:
     """Queue length per stream over time: ts, rank, device, stream, queue_length (one row per change).
 
     A launch whose correlation id several device ops share is left out unless `fan_out`: it
-    has no one-to-one launch for those ops (as in Holistic Trace Analysis).
+    has no one-to-one launch for those ops (as in Holistic Trace Analysis). Cached per frames
+    (the queue and overview analyzers and the dependency graph's full-queue edges read it).
     """
+    key = ("streams.queue_series", fan_out)
+    if key not in frames._cache:
+        frames._cache[key] = _queue_series(frames, fan_out)
+    return frames._cache[key]
+
+
+def _queue_series(frames: Frames, fan_out: bool) -> pd.DataFrame:
     ops = frames.device_ops
     launches = frames.launches
     cols = ["ts", *STREAM_KEY, "queue_length"]
