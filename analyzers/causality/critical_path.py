@@ -176,28 +176,69 @@ def critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None = 
     return _critical_paths(frames, regions)
 
 
-def _critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None
-                    ) -> tuple[dict[int, CriticalPath], CriticalPath | None]:
+@dataclass
+class JobGraph:
+    """Every rank's graph (over its region) in one node space, joined where a collective
+    released its ranks: `arrays` as `_Graph.arrays` with the rank offsets applied, `labels` the
+    (name, where) of each event an edge is charged to, `joined` whether a rendezvous edge joins
+    two ranks."""
+
+    graphs: dict[int, _Graph]
+    offsets: dict[int, int]
+    #: Per rank, where its events start in the label space (`arrays["what"]`: host call i of rank
+    #: r is label_offsets[r] + i, its task j label_offsets[r] + H + j).
+    label_offsets: dict[int, int]
+    node_ts: np.ndarray
+    arrays: dict[str, np.ndarray]
+    labels: tuple[np.ndarray, np.ndarray]
+    joined: bool
+
+
+def job_graph(frames: Frames, regions: dict[int, tuple[int, int]] | None = None) -> JobGraph:
+    """The ranks' graphs in one node space, with the rendezvous edges of critical_paths."""
     present = sorted({int(r) for r in np.unique(frames.table.column("rank").to_numpy())})
     if regions is not None:
         present = [r for r in present if r in regions]
-    per: dict[int, CriticalPath] = {}
     graphs: dict[int, _Graph] = {}
-    offsets, parts, labels, off, lab = {}, [], [], 0, 0
+    offsets, label_offsets, parts, labels, off, lab = {}, {}, [], [], 0, 0
     for r in present:
         g = _Graph(frames, r, *(regions or {}).get(r, (None, None)))
-        per[r] = g.longest_path()
         offsets[r] = off
+        label_offsets[r] = lab
         a = g.arrays()
         labels.append(g.labels())
         parts.append({**a, "src": a["src"] + off, "dst": a["dst"] + off, "what": a["what"] + lab})
         off += len(g.node_ts)
         lab += len(labels[-1][0])
         graphs[r] = g
-    if len(graphs) < 2 or not any(len(g.rv_node) for g in graphs.values()):
+    node_ts = (np.concatenate([g.node_ts for g in graphs.values()]) if graphs else np.zeros(0, dtype=np.int64))
+    joined = len(graphs) >= 2 and any(len(g.rv_node) for g in graphs.values())
+    if joined:
+        parts.append(_rendezvous_edges(frames, graphs, offsets, node_ts, lab, labels))
+    a = ({k: np.concatenate([x[k] for x in parts]) for k in parts[0]} if parts else {})
+    names = np.concatenate([x[0] for x in labels]) if labels else np.zeros(0, dtype=object)
+    where = np.concatenate([x[1] for x in labels]) if labels else np.zeros(0, dtype=object)
+    return JobGraph(graphs, offsets, label_offsets, node_ts, a, (names, where), joined)
+
+
+def _critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None
+                    ) -> tuple[dict[int, CriticalPath], CriticalPath | None]:
+    jg = job_graph(frames, regions)
+    per = {r: g.longest_path() for r, g in jg.graphs.items()}
+    if not jg.joined:
         return per, None
+    a = jg.arrays
+    path = _longest(len(jg.node_ts), a["src"], a["dst"], a["w"], "the job")
+    start = min(g.start for g in jg.graphs.values())
+    end = max(g.end for g in jg.graphs.values())
+    return per, CriticalPath(None, start, end, _segments(jg.node_ts, a, path, *jg.labels))
+
+
+def _rendezvous_edges(frames: Frames, graphs: dict[int, _Graph], offsets: dict[int, int], node_ts: np.ndarray,
+                      lab: int, labels: list) -> dict[str, np.ndarray]:
+    """The edges from the last rank's arrival at each collective to the parts that waited for it
+    (appending their labels to `labels`)."""
     p = collective_parts(frames)
-    node_ts = np.concatenate([g.node_ts for g in graphs.values()])
     # The last rank's arrival releases each waiting part.
     last = p[(p["rank"] == p["last_rank"]) & (p["ranks"] > 1)]
     last = {(int(g), int(q)): (int(r), str(n), int(t))
@@ -221,18 +262,13 @@ def _critical_paths(frames: Frames, regions: dict[int, tuple[int, int]] | None
     # Clocks of different hosts may disagree: a release that would run back in time is dropped.
     fwd = node_ts[cs_a] <= node_ts[cd_a] if len(cs_a) else np.zeros(0, dtype=bool)
     n = int(fwd.sum())
-    parts.append({"src": cs_a[fwd], "dst": cd_a[fwd], "w": np.zeros(n, dtype=np.int64),
-                  "etype": np.full(n, _SYNC, dtype=np.int64), "cause": np.full(n, "collective", dtype=object),
-                  "allowed": np.full(n, np.iinfo(np.int64).max, dtype=np.int64),
-                  "contended": np.zeros(n, dtype=np.int64),
-                  "what": lab + np.arange(n, dtype=np.int64), "rank": np.asarray(ranks, dtype=np.int64)[fwd]})
+    edges = {"src": cs_a[fwd], "dst": cd_a[fwd], "w": np.zeros(n, dtype=np.int64),
+             "etype": np.full(n, _SYNC, dtype=np.int64), "cause": np.full(n, "collective", dtype=object),
+             "allowed": np.full(n, np.iinfo(np.int64).max, dtype=np.int64),
+             "contended": np.zeros(n, dtype=np.int64),
+             "what": lab + np.arange(n, dtype=np.int64), "rank": np.asarray(ranks, dtype=np.int64)[fwd]}
     labels.append((np.asarray(names, dtype=object)[fwd], np.asarray(where, dtype=object)[fwd]))
-    a = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
-    path = _longest(len(node_ts), a["src"], a["dst"], a["w"], "the job")
-    start = min(g.start for g in graphs.values())
-    end = max(g.end for g in graphs.values())
-    return per, CriticalPath(None, start, end, _segments(node_ts, a, path, np.concatenate([x[0] for x in labels]),
-                                                         np.concatenate([x[1] for x in labels])))
+    return edges
 
 
 def job_step_paths(frames: Frames) -> list[tuple[int, CriticalPath | None]]:
@@ -298,6 +334,7 @@ class _Graph:
         # A wait on a stream is the device's (an event wait task, a collective's notify wait), not a call.
         mask &= ~(frames.kind_mask(("wait",)) & t.column("stream").is_valid().to_numpy(zero_copy_only=False))
         sub = t.select(["ph", "name", "ts", "dur", "pid", "tid", "kind", "corr"]).filter(pa.array(mask)).to_pandas()
+        sub["table_row"] = np.flatnonzero(mask)  # the row of the trace table (replay writes it back)
         sub = sub[(sub["ph"] == "X") & (sub["dur"].fillna(0) > 0)].copy()
         sub["end"] = sub["ts"] + sub["dur"].astype(np.int64)
         sub["klass"] = _class_of(sub, tasks)

@@ -110,6 +110,7 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid", "value",
                     "addr"]).filter(pa.array(mask))
     df = sub.to_pandas()
+    df["table_row"] = np.flatnonzero(mask)  # the row of the trace table (replay writes it back)
     lane = df["stream"].isna()
     df["stream"] = df["stream"].astype(np.float64).where(~lane, -2.0 - df["tid"].astype(np.float64))
     df = df[(df["ph"] == "X") & ((df["stream"] >= 0) | lane)].drop(columns="tid").copy()
