@@ -392,6 +392,54 @@ def critical_path_cmd(
         _show((render_steps if per_step else render)(summary, str(trace_path)))
 
 
+@app.command("replay", short_help="What-if: re-time a trace with remedies applied.")
+def replay_cmd(
+    trace_path: TraceArg,
+    remedy: Annotated[Optional[list[str]], typer.Option(
+        "--remedy", show_default=False,
+        help="A remedy to apply (repeatable): launch[=NS] (launch calls cost at most NS, default 2000), data "
+             "(prefetch: loading moves to a loader thread one batch ahead), sync (defer synchronizes to the end "
+             "of the step). None: the trace re-timed as recorded.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", show_default=False,
+        help="Write the re-timed trace here: OUT.parquet or a directory, as `import` does.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of text.")] = False,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Replay a trace through its dependency graph (the critical path's): host calls keep their cost and
+    order, device tasks their duration, and a remedy edits the graph; print the span before and after."""
+    from analyzers import Frames
+    from analyzers.causality.replay import Remedy, replay
+    from msprof_py import loading
+    from msprof_py.trace import write_trace
+
+    try:
+        remedies = [Remedy.parse(r) for r in remedy or []]
+    except ValueError as exc:
+        raise MsprofError(str(exc)) from None
+    if output is not None:
+        loading.check_table_output(output)
+    trace = _load(trace_path, lenient, progress)
+    result = replay(Frames(trace), remedies)
+    if output is not None:
+        write_trace(result.trace, output)
+    names = [r.name if r.arg is None else f"{r.name}={r.arg}" for r in result.remedies]
+    summary = {"trace": str(trace_path), "remedies": names, "span_ns": result.span_ns,
+               "new_span_ns": result.new_span_ns, "saving_ns": result.saving_ns,
+               "saving_share": round(result.saving_ns / result.span_ns, 6) if result.span_ns else 0.0,
+               "nodes_moved": result.moved, "output": str(output) if output is not None else None}
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    share = f" ({100 * summary['saving_share']:.1f}%)" if result.span_ns else ""
+    typer.echo(f"remedies: {', '.join(names) or 'none (the trace as recorded)'}")
+    typer.echo(f"span: {result.span_ns / 1e6:.3f} ms -> {result.new_span_ns / 1e6:.3f} ms, "
+               f"saves {result.saving_ns / 1e6:.3f} ms{share}; {result.moved} node(s) moved")
+    if output is not None:
+        typer.echo(f"wrote {len(result.trace)} events to {output}")
+
+
 WindowOpt = Annotated[Window, typer.Option(
     "--window", help="Which events to analyze: 'all', or 'complete_steps' (drop the last, usually cut-short "
                      "profiler step, as Holistic Trace Analysis does).")]

@@ -1,0 +1,175 @@
+"""Replay (analyzers.causality.replay, `msprof-py replay`): without remedies it reproduces every
+scenario and every shared real trace exactly; each remedy's edit on hand-built tables with answers
+worked out by hand; a remedy's prediction against the program actually fixed; the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzers import Frames
+from analyzers.causality.replay import Remedy, replay
+from msprof_py.trace import read_trace
+from msprof_py.trace.importers import import_trace
+from msprof_py.trace.schema import COLUMN_NAMES, TraceMeta, build_table
+from runtime_emu import acl, scenarios
+from tests.conftest import REAL_TRACES
+from tests.test_causality import REAL
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).with_name("msprof-py")), *args], capture_output=True, text=True,
+                          timeout=300, cwd=str(ROOT))
+
+
+def _same(a, b) -> bool:
+    return (a.table.column("ts").equals(b.table.column("ts")) and a.table.column("dur").equals(b.table.column("dur")))
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_without_remedies_every_shared_real_trace_replays_as_recorded(real_traces, name):
+    trace = import_trace(real_traces / name)
+    r = replay(Frames(trace))
+    assert r.moved == 0 and r.saving_ns == 0 and _same(r.trace, trace)
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_without_remedies_every_scenario_replays_as_recorded(name):
+    s = scenarios.SCENARIOS[name]
+    trace = scenarios.run(name, seed=1, **({"steps": 2} if s.multi_rank else {})).trace
+    r = replay(Frames(trace))
+    assert r.moved == 0 and r.saving_ns == 0 and _same(r.trace, trace)
+
+
+# ---------------------------------------------------------------- hand-built tables
+def table(rows: list[dict]):
+    base = {"rank": 0, "pid": 1, "tid": 1, "ph": "X"}
+    rows = [{**base, **r} for r in rows]
+    return build_table({c: [r.get(c) for r in rows] for c in COLUMN_NAMES}, TraceMeta(source_format="chrome"))
+
+
+def kernel(ts, dur, corr):
+    return {"name": "k", "kind": "kernel", "pid": 9, "tid": 7, "ts": ts, "dur": dur, "corr": corr, "device": 0,
+            "stream": 7}
+
+
+def test_launch_remedy_brings_each_launch_call_to_the_floor_and_keeps_stream_order():
+    # Five 50 us launch calls back to back, each kernel (10 us) starting as its call returns.
+    rows = []
+    for i in range(5):
+        rows.append({"name": "launch", "kind": "launch", "ts": i * 50_000, "dur": 50_000, "corr": i})
+        rows.append(kernel((i + 1) * 50_000, 10_000, i))
+    trace = table(rows)
+    r = replay(Frames(trace), [Remedy.parse("launch")])
+    # Calls at 0, 2, 4, 6, 8 us; kernel 0 at 2 us, each next one after the one before (10 us).
+    assert (r.span_ns, r.new_span_ns, r.saving_ns) == (210_000, 50_000, 160_000)
+    k = r.trace.table.to_pandas()
+    k = k[k["kind"] == "kernel"].sort_values("corr")
+    assert k["ts"].tolist() == [2_000, 12_000, 22_000, 32_000, 42_000] and set(k["dur"]) == {10_000}
+    calls = r.trace.table.to_pandas()
+    calls = calls[calls["kind"] == "launch"].sort_values("corr")
+    assert calls["ts"].tolist() == [0, 2_000, 4_000, 6_000, 8_000] and set(calls["dur"]) == {2_000}
+
+
+def _loading_steps():
+    # Three steps: load 1 us on the host, launch (10 ns), the kernel (600 ns) starts as the call
+    # returns, and a synchronize waits for it. The period is 1610 ns.
+    rows = []
+    for k in range(3):
+        t = k * 1610
+        rows.append({"name": "next_batch", "kind": "data_load", "ts": t, "dur": 1000})
+        rows.append({"name": "launch", "kind": "launch", "ts": t + 1000, "dur": 10, "corr": k})
+        rows.append(kernel(t + 1010, 600, k))
+        rows.append({"name": "synchronize", "kind": "sync", "ts": t + 1020, "dur": 590})
+    return table(rows)
+
+
+def test_data_remedy_moves_loading_to_a_loader_one_batch_ahead():
+    trace = _loading_steps()
+    r = replay(Frames(trace), [Remedy.parse("data")])
+    # The loader runs back to back (batches ready at 1000, 2000, 3000 ns); each launch waits for
+    # its batch and for the synchronize before it: kernels at 1010, 2010, 3010.
+    df = r.trace.table.to_pandas()
+    assert df.loc[df["kind"] == "kernel", "ts"].tolist() == [1010, 2010, 3010]
+    assert df.loc[df["kind"] == "data_load", "ts"].tolist() == [0, 1000, 2000]
+    assert (r.span_ns, r.new_span_ns, r.saving_ns) == (3820, 2600, 1220)
+
+
+def test_sync_remedy_keeps_the_last_synchronize_of_each_thread_and_step():
+    trace = _loading_steps()  # no steps: the run's last synchronize stays
+    r = replay(Frames(trace), [Remedy.parse("sync")])
+    df = r.trace.table.to_pandas()
+    # The loads no longer wait for the kernels: each starts when the removed sync started (10 ns
+    # after its launch), so the kernels start at 1010, 2030 and 3050; the last sync still waits.
+    assert df.loc[df["kind"] == "kernel", "ts"].tolist() == [1010, 2030, 3050]
+    syncs = df[df["kind"] == "sync"]
+    assert syncs["dur"].tolist() == [0, 0, 590] and (r.new_span_ns, r.saving_ns) == (2640, 1180)
+
+
+# ---------------------------------------------------------------- against the real fix
+def _app(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "apps" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    box = {}
+    finalize = acl.finalize
+
+    def keep(*args, **kwargs):
+        result = finalize(*args, **kwargs)
+        box["trace"] = result.trace
+        return result
+
+    acl.finalize = keep
+    try:
+        module.main()
+    finally:
+        acl.finalize = finalize
+    return box["trace"]
+
+
+def _span(trace) -> int:
+    ops = Frames(trace).device_ops
+    return int(ops["end"].max() - ops["ts"].min())
+
+
+def test_deferring_the_per_kernel_syncs_predicts_what_the_program_without_them_saves():
+    bad, fixed = _app("sync_every_kernel"), _app("no_sync_twin")
+    predicted = replay(Frames(bad), [Remedy.parse("sync")]).saving_ns
+    measured = _span(bad) - _span(fixed)
+    assert measured == 3_008_000
+    assert predicted == pytest.approx(measured, rel=0.01)
+
+
+# ---------------------------------------------------------------- the CLI
+def test_cli_replays_writes_the_retimed_trace_and_prints_the_saving(tmp_path):
+    src = tmp_path / "in.parquet"
+    from msprof_py.trace import write_trace
+
+    write_trace(_loading_steps(), src)
+    out = tmp_path / "out.parquet"
+    res = cli("replay", str(src), "--remedy", "data", "-o", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert (got["span_ns"], got["new_span_ns"], got["saving_ns"], got["remedies"]) == (3820, 2600, 1220, ["data"])
+    df = read_trace(out).table.to_pandas()
+    assert df.loc[df["kind"] == "kernel", "ts"].tolist() == [1010, 2010, 3010]
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("bogus", "unknown remedy 'bogus': choose one of launch, data, sync"),
+    ("sync=3", "remedy 'sync' takes no argument (got 'sync=3')"),
+    ("launch=x", "remedy 'launch=x': the argument must be an integer (ns)"),
+])
+def test_cli_refuses_a_remedy_it_does_not_know_in_one_line_and_writes_nothing(tmp_path, arg, message):
+    out = tmp_path / "out.parquet"
+    res = cli("replay", str(REAL_TRACES / "kineto" / "tiny_base.json.gz"), "--remedy", arg, "-o", str(out))
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"msprof-py: error: {message}"
+    assert not out.exists() and "Traceback" not in res.stderr
