@@ -163,7 +163,8 @@ def test_cli_replays_writes_the_retimed_trace_and_prints_the_saving(tmp_path):
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("bogus", "unknown remedy 'bogus': choose one of launch, data, sync"),
+    ("bogus", "unknown remedy 'bogus': choose one of launch, data, sync, compile, pinned, copy, queue, straggler, link, spread"),
+    ("straggler@x", "remedy 'straggler@x': after @ give ranks as integers, e.g. straggler@3 or straggler@0,2"),
     ("sync=3", "remedy 'sync' takes no argument (got 'sync=3')"),
     ("launch=x", "remedy 'launch=x': the argument must be an integer (ns)"),
 ])

@@ -12,8 +12,17 @@ graph, and fails it). A remedy edits edge weights: a launch call's cost, a data-
 synchronize's wait; the change travels along the recorded dependencies, so what waited for the
 edited work moves and what did not stays. The saving is the span the replay takes off the run.
 
-Device tasks keep their recorded duration: no remedy here changes what a task shares (links,
-cores), which is why the replay needs no resource model yet.
+Device tasks keep their recorded duration unless a remedy changes it (a straggler's kernels, a
+slow link's collectives, an under-occupying kernel): a remedy changes a task's weight by what its
+evidence says (the other ranks' median, the link's nominal over its best rate, the cores left
+idle), and the tasks sharing the link or the cores keep their recorded durations (no resource
+model re-shares a link: the trace's own timing of the other tasks stands).
+
+Every collective gets a release node, the latest of its parts' arrivals: a remedy that lets a
+rank arrive earlier releases its peers as soon as the next-to-last one arrived, not when the
+recorded last one did.
+
+A remedy may be scoped to ranks (`NAME@1,3`): it edits only what those ranks did.
 """
 
 from __future__ import annotations
@@ -38,14 +47,38 @@ REMEDY_DOCS = {
             "the host's next call waits for its batch and for the host, no longer for the loading itself",
     "sync": "defer synchronizes to the end of the step: every synchronize call but the last of its thread "
             "in each step costs nothing and no longer waits for the device",
+    "compile": "cache compiled operators: an operator-compile call costs at most a launch (ARG ns, default 2000) "
+               "and its task's launch delay shrinks by what the call saved",
+    "pinned": "copy from pinned memory: a blocking copy call returns once it issued the copy (its own cost, at "
+              "most 5 us) instead of waiting for it; the copy keeps its place on its stream",
+    "copy": "double-buffer input copies: on a stream that also runs kernels, each host-to-device copy after "
+            "the first is issued one batch ahead on a copy stream: it starts once the copy before it ended and the "
+            "first kernel after the copy two back (the reader of the buffer it overwrites) ran, no longer after "
+            "its launch call or the task before it; what came after it on its stream still waits for it, and a "
+            "synchronize no longer waits for it (an event orders its reader)",
+    "queue": "a deeper stream queue: a launch never blocks at a full queue (it returns at its own cost, at most "
+             "5 us)",
+    "straggler": "equalise a straggler: the rank's kernels (scope it with @RANK; default the rank with the most "
+                 "kernel time) take the other ranks' median kernel time, scaled uniformly",
+    "link": "links at nominal bandwidth: for every link whose counters never exceeded half its nominal rate "
+            "(as SLOW_LINK), the collectives of the groups its rank is in transfer at nominal: their work after "
+            "the release shrinks by best / nominal",
+    "spread": "spread kernels over all cores: each kernel that left cores idle while alone on the device takes "
+              "the time of filling them (UNDER_OCCUPANCY's saving)",
 }
+#: Remedies that take an argument (ns).
+TAKES_ARG = ("launch", "compile")
+#: What an asynchronous call (a copy from pinned memory, a launch into a queue with room) costs the
+#: host at most (ns).
+ASYNC_CALL_NS = 5_000
 #: A fused or graph-captured launch's cost (ns): what one kernel of a captured graph costs the host.
 LAUNCH_FLOOR_NS = 2_000
 
 
 @dataclass
 class Edit:
-    """A remedy's edit of the graph: new edge weights (NaN drops an edge), edges added (their
+    """A remedy's edit of the graph: new edge weights (NaN drops an edge; the graph's edges, then
+    the structural ones `all_src` -> `all_dst` replay adds), edges added (`src` -> `dst`, their
     weights), and nodes that lose their slack (they no longer wait for what the trace showed)."""
 
     w: np.ndarray
@@ -53,23 +86,28 @@ class Edit:
     dst: np.ndarray
     add_w: np.ndarray
     no_slack: np.ndarray
+    all_src: np.ndarray = None  # type: ignore[assignment]
+    all_dst: np.ndarray = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
 class Remedy:
-    """One remedy: `name` (a key of REMEDY_DOCS) and its argument (None: the default)."""
+    """One remedy: `name` (a key of REMEDY_DOCS), its argument (None: the default) and the ranks it
+    acts on (None: every rank)."""
 
     name: str
     arg: int | None = None
+    ranks: tuple[int, ...] | None = None
 
     @classmethod
     def parse(cls, text: str) -> Remedy:
-        """`NAME` or `NAME=ARG` (ARG an integer); ValueError naming the choices otherwise."""
-        name, _, arg = text.partition("=")
+        """`NAME[=ARG][@RANK[,RANK...]]` (ARG an integer, ns); ValueError naming the choices otherwise."""
+        head, at, scope = text.partition("@")
+        name, _, arg = head.partition("=")
         name = name.strip().lower()
         if name not in REMEDY_DOCS:
             raise ValueError(f"unknown remedy {text!r}: choose one of {', '.join(REMEDY_DOCS)}")
-        if arg and name != "launch":
+        if arg and name not in TAKES_ARG:
             raise ValueError(f"remedy {name!r} takes no argument (got {text!r})")
         try:
             value = int(arg) if arg else None
@@ -77,45 +115,259 @@ class Remedy:
             raise ValueError(f"remedy {text!r}: the argument must be an integer (ns)") from None
         if value is not None and value < 0:
             raise ValueError(f"remedy {text!r}: the argument must be >= 0 ns")
-        return cls(name, value)
+        ranks = None
+        if at:
+            try:
+                ranks = tuple(sorted({int(x) for x in scope.split(",")}))
+            except ValueError:
+                raise ValueError(f"remedy {text!r}: after @ give ranks as integers, e.g. {name}@3 or {name}@0,2") \
+                    from None
+            if any(r < 0 for r in ranks):
+                raise ValueError(f"remedy {text!r}: ranks are >= 0")
+        return cls(name, value, ranks)
+
+    def __str__(self) -> str:
+        out = self.name if self.arg is None else f"{self.name}={self.arg}"
+        return out if self.ranks is None else out + "@" + ",".join(map(str, self.ranks))
 
     def edit(self, frames: Frames, jg: JobGraph, e: Edit) -> None:
         """Apply this remedy to the edit `e` of `jg` (in place)."""
         a = jg.arrays
-        etype, cause = a["etype"], a["cause"]
+        etype = a["etype"]
         w = e.w[:len(etype)]  # the graph's own edges (a view: edits write through)
-        if self.name == "launch":
-            floor = LAUNCH_FLOOR_NS if self.arg is None else self.arg
-            calls = (etype == _OP) & (cause == "launch")
-            saved = np.clip(w[calls] - floor, 0, None)
-            w[calls] -= saved
-            # A task launched into an empty queue hangs off its call's start: the call's saving
-            # comes off its launch delay too.
-            by_call = pd.Series(saved, index=a["what"][calls]).groupby(level=0).sum()
-            call_label, call_end = _launch_of_tasks(jg)  # by task label (an edge into a task is charged to it)
-            into = etype == _LAUNCH
-            cut = by_call.reindex(call_label.reindex(a["what"][into]).to_numpy()).fillna(0).to_numpy()
-            w[into] = np.clip(w[into] - cut, 0, None)
-            # A task queued behind the one before it whose gap lasted while its own launch call
-            # still ran: that part of the gap was the call's.
-            kk = np.flatnonzero(etype == _KK)
-            lab = call_label.reindex(a["what"][kk]).to_numpy()
-            has = ~np.isnan(lab)
-            kk, lab = kk[has], lab[has]
-            end_node = call_end.reindex(a["what"][kk]).to_numpy().astype(np.int64)
-            waited = np.clip(jg.node_ts[end_node] - jg.node_ts[a["src"][kk]], 0, None)
-            gain = np.minimum(by_call.reindex(lab).fillna(0).to_numpy(), waited)
-            w[kk] = np.clip(w[kk] - gain, 0, None)
+        mine = np.ones(len(etype), dtype=bool) if self.ranks is None else np.isin(a["rank"], self.ranks)
+        if self.name in ("launch", "compile"):
+            _cheapen_launches(jg, e, w, mine, self.name, LAUNCH_FLOOR_NS if self.arg is None else self.arg)
         elif self.name == "data":
-            _prefetch(jg, e)
+            _prefetch(jg, e, self.ranks)
         elif self.name == "sync":
-            _defer_syncs(frames, jg, e)
+            _defer_syncs(frames, jg, e, self.ranks)
+        elif self.name in ("pinned", "queue"):
+            _no_wait(jg, e, mine, "blocking_copy" if self.name == "pinned" else "queue", self.ranks)
+        elif self.name == "copy":
+            _double_buffer(jg, e, self.ranks)
+        elif self.name == "straggler":
+            _equalise(jg, w, self.ranks)
+        elif self.name == "link":
+            _nominal_links(frames, jg, w, self.ranks)
+        elif self.name == "spread":
+            _spread(frames, jg, w, mine)
 
 
-def _host_nodes(jg: JobGraph, klasses: tuple[str, ...]) -> pd.DataFrame:
-    """The host calls of `klasses`, every rank: rank, pid, tid, ts, end, start / end node, label."""
+def _cheapen_launches(jg: JobGraph, e: Edit, w: np.ndarray, mine: np.ndarray, cause_name: str, floor: int) -> None:
+    """Every call of `cause_name` ("launch", or "compile": an operator compile before a launch)
+    costs at most `floor`; its task's launch delay shrinks by what the call saved."""
+    a = jg.arrays
+    etype, cause = a["etype"], a["cause"]
+    calls = (etype == _OP) & (cause == cause_name) & mine
+    saved = np.clip(w[calls] - floor, 0, None)
+    w[calls] -= saved
+    # A task launched into an empty queue hangs off its call's start: the call's saving comes off
+    # its launch delay too.
+    by_call = pd.Series(saved, index=a["what"][calls]).groupby(level=0).sum()
+    call_label, call_end = _launch_of_tasks(jg)  # by task label (an edge into a task is charged to it)
+    into = etype == _LAUNCH
+    cut = by_call.reindex(call_label.reindex(a["what"][into]).to_numpy()).fillna(0).to_numpy()
+    w[into] = np.clip(w[into] - cut, 0, None)
+    # A task queued behind the one before it whose gap lasted while its own launch call still ran:
+    # the gap was the call's and the dispatch after it. It now starts at the later of the task
+    # before it and its call's new end plus that dispatch (the device starts a queued task at once).
+    kk = np.flatnonzero((etype == _KK) & mine)
+    lab = call_label.reindex(a["what"][kk]).to_numpy()
+    has = ~np.isnan(lab) & np.isin(lab, by_call.index.to_numpy())
+    kk, lab = kk[has], lab[has]
+    end_node = call_end.reindex(a["what"][kk]).to_numpy().astype(np.int64)
+    waited = jg.node_ts[end_node] - jg.node_ts[a["src"][kk]]
+    ran = waited > 0
+    kk, end_node = kk[ran], end_node[ran]
+    lag = jg.node_ts[a["dst"][kk]] - jg.node_ts[end_node]
+    w[kk] = 0
+    _add(e, end_node, a["dst"][kk], np.clip(lag, 0, None))
+
+
+def _no_wait(jg: JobGraph, e: Edit, mine: np.ndarray, klass: str, ranks) -> None:
+    """Calls of `klass` (blocking copies, launches blocked at a full queue) no longer wait for the
+    device: their sync edges go, and each costs its own time, at most ASYNC_CALL_NS."""
+    a = jg.arrays
+    calls = _host_nodes(jg, (klass,), ranks)
+    if calls.empty:
+        return
+    ends = calls["end_node"].to_numpy()
+    w = e.w[:len(a["etype"])]
+    w[(a["etype"] == _SYNC) & np.isin(a["dst"], ends) & mine] = np.nan
+    e.no_slack[ends] = True
+    cost = np.minimum(calls["end"].to_numpy() - calls["ts"].to_numpy(), ASYNC_CALL_NS)
+    _add(e, calls["start_node"].to_numpy(), ends, cost)
+
+
+def _task_frame(jg: JobGraph, ranks) -> pd.DataFrame:
+    """Every device task: rank, kind, device, stream, ts, dur, its start / end node and its label."""
     parts = []
     for r, g in jg.graphs.items():
+        if (ranks is not None and r not in ranks) or not g.D:
+            continue
+        t = g.tasks
+        base = jg.offsets[r] + 2 * g.H
+        j = np.arange(g.D)
+        parts.append(pd.DataFrame({"rank": r, "kind": t["kind"].to_numpy(), "name": t["name"].astype(str).to_numpy(),
+                                   "device": t["device"].to_numpy(np.int64), "stream": t["stream"].to_numpy(np.int64),
+                                   "ts": t["ts"].to_numpy(np.int64), "dur": (t["end"] - t["ts"]).to_numpy(np.int64),
+                                   "start_node": base + j, "end_node": base + g.D + j,
+                                   "label": jg.label_offsets[r] + g.H + j}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
+    """Input copies double-buffered (REMEDY_DOCS["copy"]): on a stream that runs kernels too, each
+    host-to-device copy after the first is issued one batch ahead, on a copy stream of its own."""
+    from analyzers.streams import copy_kind
+
+    t = _task_frame(jg, ranks)
+    if t.empty:
+        return
+    t = t.sort_values(["rank", "device", "stream", "ts"], kind="stable").reset_index(drop=True)
+    is_in = np.zeros(len(t), dtype=bool)
+    mem = (t["kind"] == "memcpy").to_numpy()
+    is_in[mem] = (copy_kind(t[mem]) == "Memcpy HtoD").to_numpy()
+    is_kernel = (t["kind"] == "kernel").to_numpy()
+    starts, ends, src, dst = [], [], [], []
+    for _, lane in t.groupby(["rank", "device", "stream"], sort=False).indices.items():
+        lane = np.asarray(lane)
+        if not is_kernel[lane].any():
+            continue
+        pos = np.flatnonzero(is_in[lane])
+        for k in range(1, len(pos)):
+            i = pos[k]
+            me = lane[i]
+            starts.append(t["start_node"].iat[me])
+            ends.append(t["end_node"].iat[me])
+            # One batch ahead: after the copy before it ...
+            src.append(t["end_node"].iat[lane[pos[k - 1]]])
+            dst.append(t["start_node"].iat[me])
+            # ... once the kernel that read the buffer it overwrites (two copies back) ran.
+            if k >= 2:
+                after = np.flatnonzero(is_kernel[lane[pos[k - 2] + 1:]])
+                if len(after):
+                    src.append(t["end_node"].iat[lane[pos[k - 2] + 1 + after[0]]])
+                    dst.append(t["start_node"].iat[me])
+            # The stream keeps its order around the copy it no longer holds.
+            if 0 < i < len(lane) - 1:
+                src.append(t["end_node"].iat[lane[i - 1]])
+                dst.append(t["start_node"].iat[lane[i + 1]])
+    if not starts:
+        return
+    starts_a = np.asarray(starts, dtype=np.int64)
+    # The copy no longer waits for its launch call or the task before it on its stream.
+    e.w[np.isin(e.all_dst, starts_a)] = np.nan
+    e.no_slack[starts_a] = True
+    # The host no longer synchronizes on it: an event orders its reader after it.
+    a = jg.arrays
+    w = e.w[:len(a["etype"])]
+    w[(a["etype"] == _SYNC) & (a["cause"] == "sync") & np.isin(a["src"], np.asarray(ends, dtype=np.int64))] = np.nan
+    _add(e, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+
+
+def _equalise(jg: JobGraph, w: np.ndarray, ranks) -> None:
+    """The straggler's kernels scaled to the other ranks' median kernel time (REMEDY_DOCS["straggler"])."""
+    t = _task_frame(jg, None)
+    if t.empty:
+        return
+    busy = t[t["kind"] == "kernel"].groupby("rank")["dur"].sum()
+    if len(busy) < 2:
+        return
+    targets = list(ranks) if ranks is not None else [int(busy.idxmax())]
+    a = jg.arrays
+    for r in targets:
+        if r not in busy.index:
+            continue
+        ratio = float(busy.drop(index=r).median()) / float(busy[r])
+        if ratio >= 1:
+            continue
+        labels = t.loc[(t["rank"] == r) & (t["kind"] == "kernel"), "label"].to_numpy()
+        sel = (a["etype"] == _OP) & (a["cause"] == "compute") & np.isin(a["what"], labels)
+        w[sel] = np.round(w[sel] * ratio)
+
+
+def _nominal_links(frames: Frames, jg: JobGraph, w: np.ndarray, ranks) -> None:
+    """Every slow link at its nominal rate (REMEDY_DOCS["link"]): the part of a collective of its
+    rank during which the link moved data (its counter above 0) takes best / nominal of that time,
+    and every part of the same collective on the other ranks saves as much (they move in step)."""
+    from analyzers import links
+    from analyzers.causality.collectives import parts as collective_parts
+
+    s = links.summarize(frames)
+    slow = [x for _, x in s["links"] if x["busy"] > 0 and x["best"] < links.LinkConfig().slow_ratio * x["nominal"]]
+    if ranks is not None:
+        slow = [x for x in slow if x["rank"] in ranks]
+    p = collective_parts(frames)
+    t = _task_frame(jg, None)
+    if not slow or p.empty or t.empty:
+        return
+    c = frames.counters
+    p = p.assign(key=p["group"].astype(str) + "/" + p["seq"].astype(str))
+    shrink: dict[str, float] = {}
+    for link in slow:
+        g = c[c["name"].astype(str) == link["link"] + " GB/s"].sort_values("ts", kind="stable")
+        ts, val = g["ts"].to_numpy(np.int64), g["value"].to_numpy(np.float64)
+        if len(ts) < 2:
+            continue
+        busy = val[:-1] > 0
+        lo, hi = ts[:-1][busy], ts[1:][busy]
+        cum = np.concatenate([[0], np.cumsum(hi - lo)])
+        own = p[p["rank"] == link["rank"]]
+        # Busy time inside [a, b): whole intervals between, clipped ones at the ends.
+        for k, a_, b_ in zip(own["key"].tolist(), own["ts"].to_numpy(np.int64).tolist(),
+                             own["end"].to_numpy(np.int64).tolist()):
+            i = np.searchsorted(hi, a_, side="right")
+            j = np.searchsorted(lo, b_, side="left")
+            if j <= i:
+                continue
+            inside = cum[j] - cum[i] - max(0, a_ - lo[i]) - max(0, hi[j - 1] - b_)
+            gain = max(inside, 0) * (1 - link["best"] / link["nominal"])
+            shrink[k] = max(shrink.get(k, 0.0), gain)
+    if not shrink:
+        return
+    hit = p[p["key"].isin(list(shrink))]
+    coll = t[t["kind"] == "collective"].set_index(["rank", "name", "ts"])["label"]
+    keys = pd.MultiIndex.from_arrays([hit["rank"].to_numpy(np.int64), hit["name"].astype(str).to_numpy(),
+                                      hit["ts"].to_numpy(np.int64)])
+    lab = coll.reindex(keys).to_numpy(np.float64)
+    ok = ~np.isnan(lab)
+    gain = pd.Series([shrink[k] for k in hit["key"]], index=lab).loc[ok]
+    gain.index = gain.index.astype(np.int64)
+    gain = gain.groupby(level=0).max()
+    a = jg.arrays
+    sel = (a["etype"] == _OP) & (a["cause"] == "collective") & np.isin(a["what"], gain.index.to_numpy()) & (w > 0)
+    w[sel] = np.clip(w[sel] - np.round(gain.reindex(a["what"][sel]).to_numpy()), 0, None)
+
+
+def _spread(frames: Frames, jg: JobGraph, w: np.ndarray, mine: np.ndarray) -> None:
+    """Each under-occupying kernel shortened by the saving of filling its cores (REMEDY_DOCS["spread"])."""
+    from analyzers.causality.contention import under_occupancy
+
+    occ = under_occupancy(frames, frames.platform == "ascend")
+    t = _task_frame(jg, None)
+    if occ.empty or t.empty:
+        return
+    lab = t.set_index(["rank", "stream", "ts"])["label"]
+    keys = pd.MultiIndex.from_arrays([occ["rank"].to_numpy(np.int64), occ["stream"].to_numpy(np.int64),
+                                      occ["ts"].to_numpy(np.int64)])
+    saving = pd.Series(occ["saving_ns"].to_numpy(np.int64), index=lab.reindex(keys).to_numpy())
+    saving = saving[~np.isnan(saving.index.to_numpy(np.float64))]
+    saving.index = saving.index.astype(np.int64)
+    saving = saving.groupby(level=0).max()
+    a = jg.arrays
+    sel = (a["etype"] == _OP) & (a["cause"] == "compute") & np.isin(a["what"], saving.index.to_numpy()) & mine
+    w[sel] = np.clip(w[sel] - saving.reindex(a["what"][sel]).to_numpy(), 1, None)
+
+
+def _host_nodes(jg: JobGraph, klasses: tuple[str, ...], ranks=None) -> pd.DataFrame:
+    """The host calls of `klasses` (of `ranks`, None: every rank): rank, pid, tid, ts, end, start /
+    end node, label."""
+    parts = []
+    for r, g in jg.graphs.items():
+        if ranks is not None and r not in ranks:
+            continue
         c = g.calls
         i = np.flatnonzero(c["klass"].isin(klasses).to_numpy())
         off = jg.offsets[r]
@@ -126,10 +378,10 @@ def _host_nodes(jg: JobGraph, klasses: tuple[str, ...]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _prefetch(jg: JobGraph, e: Edit) -> None:
+def _prefetch(jg: JobGraph, e: Edit, ranks=None) -> None:
     """Data loading on a loader thread, one batch ahead (REMEDY_DOCS["data"])."""
     a = jg.arrays
-    calls = _host_nodes(jg, ("data_load", "host_work"))
+    calls = _host_nodes(jg, ("data_load", "host_work"), ranks)
     if calls.empty:
         return
     starts = calls["start_node"].to_numpy()
@@ -154,11 +406,11 @@ def _prefetch(jg: JobGraph, e: Edit) -> None:
     e.no_slack[starts] = True
 
 
-def _defer_syncs(frames: Frames, jg: JobGraph, e: Edit) -> None:
+def _defer_syncs(frames: Frames, jg: JobGraph, e: Edit, ranks=None) -> None:
     """Every synchronize but the last of its thread in each step costs nothing and waits for
     nothing (REMEDY_DOCS["sync"])."""
     a = jg.arrays
-    calls = _host_nodes(jg, ("sync",))
+    calls = _host_nodes(jg, ("sync",), ranks)
     if calls.empty:
         return
     steps = frames.steps
@@ -227,10 +479,80 @@ def _stream_order(jg: JobGraph) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
 
 
-def _add(e: Edit, src: np.ndarray, dst: np.ndarray) -> None:
+def _releases(frames: Frames, jg: JobGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per collective of several ranks: a release node (numbered after the graph's nodes) at the
+    latest of its parts' arrivals, with edges from every part's arrival to it and from it to
+    what in each part waited for the release (src, dst, the new nodes' times). A part arrives
+    when its collective task starts or, when a device wait opens it (HCCL's Notify_Wait: a wait
+    on its stream with its correlation id), when that wait starts; the wait's end, or the
+    release node the graph gave a waiting part, is what the release holds. An edge that would
+    run back in time (clocks of different hosts) is left out: the graph's own rendezvous edge
+    stands."""
+    none = np.zeros(0, dtype=np.int64)
+    if not jg.joined:
+        return none, none, none
+    from analyzers.causality.collectives import parts as collective_parts
+
+    p = collective_parts(frames)
+    p = p[(p["ranks"] > 1) & p["rank"].isin(list(jg.graphs))]
+    if p.empty:
+        return none, none, none
+    arrive, held_src, held_dst = [], [], []  # (part, node); (part, node) pairs
+    for r, g in jg.graphs.items():
+        sub = p[p["rank"] == r]
+        if sub.empty or not g.D:
+            continue
+        base = jg.offsets[r] + 2 * g.H
+        t = g.tasks
+        waiting = t["waiting"].to_numpy(bool) if "waiting" in t else (t["kind"] == "wait").to_numpy()
+        openers = pd.DataFrame({"stream": t["stream"].to_numpy(np.int64)[waiting],
+                                "corr": t["corr"].to_numpy(np.float64)[waiting],
+                                "j": np.flatnonzero(waiting)})
+        rv = dict(zip(zip(g.rv_parts["group"].astype(np.int64).tolist(), g.rv_parts["seq"].astype(np.int64).tolist()),
+                      g.rv_node.tolist()))
+        by_key = openers.groupby(["stream", "corr"])["j"].apply(list).to_dict() if len(openers) else {}
+        for i, group, seq, name, stream, corr, ts in zip(sub.index.tolist(), sub["group"].tolist(), sub["seq"].tolist(),
+                                                        sub["name"].tolist(), sub["stream"].tolist(),
+                                                        sub["corr"].tolist(), sub["ts"].tolist()):
+            u = g.collective_start(str(name), int(ts))
+            if u < 0:
+                continue
+            opened = [j for j in by_key.get((int(stream), float(corr)), []) if t["ts"].iat[j] <= ts] \
+                if stream == stream and corr == corr else []
+            if opened:
+                arrive.append((i, base + min(opened, key=lambda j: t["ts"].iat[j])))
+                held_src.extend([i] * len(opened))
+                held_dst.extend(base + g.D + j for j in opened)
+            else:
+                arrive.append((i, jg.offsets[r] + u))
+            node = rv.get((int(group), int(seq)))
+            if node is not None:
+                held_src.append(i)
+                held_dst.append(jg.offsets[r] + node)
+    if not arrive:
+        return none, none, none
+    key = (p["group"].astype(str) + "/" + p["seq"].astype(str))
+    codes = pd.Series(pd.factorize(key)[0], index=p.index)
+    ai = np.array([x[0] for x in arrive])
+    an = np.array([x[1] for x in arrive], dtype=np.int64)
+    ac = codes.reindex(ai).to_numpy(np.int64)
+    n0 = len(jg.node_ts)
+    k = int(codes.max()) + 1
+    v_ts = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(v_ts, ac, jg.node_ts[an])
+    hc = codes.reindex(held_src).to_numpy(np.int64) if held_src else np.zeros(0, dtype=np.int64)
+    hd = np.asarray(held_dst, dtype=np.int64)
+    ok = jg.node_ts[hd] >= v_ts[hc]
+    src = np.concatenate([an, n0 + hc[ok]])
+    dst = np.concatenate([n0 + ac, hd[ok]])
+    v_ts = np.where(v_ts == np.iinfo(np.int64).min, 0, v_ts)
+    return src, dst, v_ts
+
+
+def _add(e: Edit, src: np.ndarray, dst: np.ndarray, w: np.ndarray | None = None) -> None:
     e.src = np.concatenate([e.src, src.astype(np.int64)])
     e.dst = np.concatenate([e.dst, dst.astype(np.int64)])
-    e.add_w = np.concatenate([e.add_w, np.zeros(len(src), dtype=np.int64)])
+    e.add_w = np.concatenate([e.add_w, np.zeros(len(src), dtype=np.int64) if w is None else w.astype(np.int64)])
 
 
 @dataclass
@@ -267,14 +589,17 @@ def replay(frames: Frames, remedies: tuple[Remedy, ...] | list[Remedy] = ()) -> 
     fifo_src, fifo_dst = (np.concatenate(x) for x in zip(_stream_order(jg), _launch_order(jg)))
     fwd = jg.node_ts[fifo_src] <= jg.node_ts[fifo_dst]  # rows that overlap in the trace: no order
     fifo_src, fifo_dst = fifo_src[fwd], fifo_dst[fwd]
-    src = np.concatenate([a["src"], fifo_src])
-    dst = np.concatenate([a["dst"], fifo_dst])
-    w0 = np.concatenate([a["w"], np.zeros(len(fifo_src), dtype=np.int64)])
+    # Each collective's release: the latest arrival of its parts, a node of its own.
+    rv_src, rv_dst, rv_ts = _releases(frames, jg)
+    node_ts = np.concatenate([jg.node_ts, rv_ts])
+    src = np.concatenate([a["src"], fifo_src, rv_src])
+    dst = np.concatenate([a["dst"], fifo_dst, rv_dst])
+    w0 = np.concatenate([a["w"], np.zeros(len(fifo_src) + len(rv_src), dtype=np.int64)])
     none = np.zeros(0, dtype=np.int64)
-    e = Edit(w0.astype(np.float64), none, none, none, np.zeros(n, dtype=bool))
+    e = Edit(w0.astype(np.float64), none, none, none, np.zeros(len(node_ts), dtype=bool), src, dst)
     for r in remedies:
         r.edit(frames, jg, e)
-    new = retime(jg.node_ts, src, dst, w0, e)
+    new = retime(node_ts, src, dst, w0, e)[:n]
     # The run's span: first to last device task (all nodes where no task ran).
     dev = _task_nodes(jg)
     dev = dev if len(dev) else np.arange(n)
