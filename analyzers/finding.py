@@ -66,17 +66,23 @@ class Finding:
     occurrences: list[dict[str, Any]] = field(default_factory=list)
     #: Ranks a cross-rank finding names besides `rank` (e.g. the ranks that waited).
     ranks: list[int] = field(default_factory=list)
+    #: What fixing it saves, predicted by replaying the trace with its remedy (analyzers.whatif):
+    #: {"remedy", "saving_ns", "saving_share", "span_ns", "new_span_ns"}; None: not predicted.
+    what_if: dict[str, Any] | None = None
 
     @property
     def cost_unit(self) -> str:
         """'ns' when the finding costs time, 'bytes' when it costs memory, '' when neither."""
-        if self.lost_ns is not None:
+        if self.lost_ns is not None or self.what_if is not None:
             return "ns"
         return "bytes" if self.lost_bytes is not None else ""
 
     @property
     def cost(self) -> float:
-        """What the finding costs in its own unit (`cost_unit`)."""
+        """What the finding costs in its own unit (`cost_unit`): the predicted saving of its fix
+        when there is one (`what_if`), else what the trace measured."""
+        if self.what_if is not None:
+            return float(self.what_if["saving_ns"])
         return float(self.lost_ns if self.lost_ns is not None else self.lost_bytes or 0)
 
     def to_dict(self) -> dict[str, Any]:

@@ -424,7 +424,7 @@ def replay_cmd(
     result = replay(Frames(trace), remedies)
     if output is not None:
         write_trace(result.trace, output)
-    names = [r.name if r.arg is None else f"{r.name}={r.arg}" for r in result.remedies]
+    names = [str(r) for r in result.remedies]
     summary = {"trace": str(trace_path), "remedies": names, "span_ns": result.span_ns,
                "new_span_ns": result.new_span_ns, "saving_ns": result.saving_ns,
                "saving_share": round(result.saving_ns / result.span_ns, 6) if result.span_ns else 0.0,
@@ -438,6 +438,51 @@ def replay_cmd(
                f"saves {result.saving_ns / 1e6:.3f} ms{share}; {result.moved} node(s) moved")
     if output is not None:
         typer.echo(f"wrote {len(result.trace)} events to {output}")
+
+
+@app.command("whatif", short_help="What-if: the step table before and after remedies.")
+def whatif_cmd(
+    trace_path: TraceArg,
+    remedy: Annotated[list[str], typer.Option(
+        "--remedy", show_default=False,
+        help="A remedy to apply (repeatable, at least one): NAME[=NS][@RANK,...]; `msprof-py replay --help` and "
+             "the README list them.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of text.")] = False,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+) -> None:
+    """Replay a trace with remedies applied and print each step's time before and after (the job's
+    step: earliest rank's start to latest rank's end) and the run's span."""
+    from analyzers import Frames
+    from analyzers.causality.replay import Remedy, replay
+    from analyzers.whatif import step_table
+
+    try:
+        remedies = [Remedy.parse(r) for r in remedy]
+    except ValueError as exc:
+        raise MsprofError(str(exc)) from None
+    trace = _load(trace_path, lenient, progress)
+    frames = Frames(trace)
+    try:
+        result = replay(frames, remedies)
+    except ValueError as exc:
+        raise MsprofError(f"{trace_path}: cannot replay this trace: {exc}") from None
+    rows = step_table(frames, result)
+    names = [str(r) for r in result.remedies]
+    if as_json:
+        typer.echo(json.dumps({"trace": str(trace_path), "remedies": names, "steps": rows}, indent=2))
+        return
+    from rich.table import Table
+
+    from msprof_py.trace.units import ms, pct
+
+    t = Table(title=f"{trace_path}: what-if {', '.join(names)}")
+    for col in ("step", "before", "after", "saves", "share"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row("run span" if r["step"] is None else str(r["step"]), ms(r["before_ns"]), ms(r["after_ns"]),
+                  ms(r["saving_ns"]), pct(r["saving_share"]))
+    _show(t)
 
 
 WindowOpt = Annotated[Window, typer.Option(
@@ -455,6 +500,10 @@ WorkersOpt = Annotated[Optional[int], typer.Option(
     "--workers", min=1, show_default=False,
     help="With --engine dask and no --scheduler: worker processes of the local cluster (1 thread each; default: "
          "one per core, at most one per rank).")]
+WhatIfOpt = Annotated[bool, typer.Option(
+    "--what-if/--no-what-if",
+    help="Replay each time finding's fix on the trace and rank findings by what it saves (fix: REMEDY -> saves "
+         "X ms); --no-what-if: rank by the time measured lost.")]
 AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
     "--analyzer", "-a", show_default=False, help="Run only this analyzer (repeatable); default: all.")]
 
@@ -474,6 +523,7 @@ def analyze(
     engine: EngineOpt = Engine.local,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
+    what_if: WhatIfOpt = True,
 ) -> None:
     """Find bottlenecks: print findings ranked by the time or memory they cost, with remedies."""
     from msprof_py import loading, report
@@ -486,10 +536,17 @@ def analyze(
     # A rank-partitioned table or PROF directory is read partition by partition by the engine; any
     # other input is loaded whole and split by rank.
     parts = report.rank_partitions(trace_path)
+    whole = None
     if parts is None:
-        parts = report.split_by_rank(_load(trace_path, lenient, progress, analysis_only=True))
+        whole = _load(trace_path, lenient, progress, analysis_only=True)
+        parts = report.split_by_rank(whole)
     result = report.analyze(parts, analyzer, window=window.value, engine=engine.value, scheduler=scheduler,
                             workers=workers, progress=progress, input_bytes=loading.input_bytes(trace_path))
+    if what_if and any(f.cost_unit == "ns" for f in result.findings):
+        from analyzers import Frames
+
+        whole = whole if whole is not None else _load(trace_path, lenient, progress, analysis_only=True)
+        report.predict_fixes(result, Frames(whole))
     rep = report.findings_report(result)
     if fmt is OutputFormat.json:
         typer.echo(json.dumps({"findings": rep["findings"], "skipped": rep["skipped"]}, indent=2, default=str))
@@ -521,6 +578,7 @@ def report_cmd(
     engine: EngineOpt = Engine.local,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
+    what_if: WhatIfOpt = True,
 ) -> None:
     """Write a bottleneck report: summary metrics, ranked findings with lookup entries, plots."""
     from msprof_py import loading, report
@@ -542,7 +600,7 @@ def report_cmd(
     else:
         trace = None
     trace = trace if trace is not None else _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=window.value, result=result)
+    rep = report.build(trace, analyzer, window=window.value, result=result, what_if=what_if)
     report.write(rep, output, fmt_name)
     worst = report.worst(rep)
     typer.echo(f"wrote {fmt_name} report with {len(rep['findings'])} findings to {output}")

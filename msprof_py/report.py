@@ -21,7 +21,7 @@ from analyzers.streams import copy_bandwidth
 from msprof_py import critical
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
 from msprof_py.choices import ReportFormat
-from msprof_py.compare import cost_text
+from msprof_py.compare import cost_text, fix_text
 from msprof_py.errors import MsprofError
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
@@ -56,16 +56,19 @@ def format_for(path: str | Path, fmt: str | None = None) -> str:
 
 def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
           timelines: int = TIMELINES, frames: Frames | None = None,
-          result: AnalysisResult | None = None) -> dict[str, Any]:
+          result: AnalysisResult | None = None, what_if: bool = True) -> dict[str, Any]:
     """Run the analyzers and collect everything a report shows: a plain dict that is strict
     JSON (no NaN or infinity: missing numbers are None). Findings are most costly first, each
     with `cost` in its `cost_unit` ("ns", "bytes" or "" for none); `breakdown` is the per-step
     time breakdown on the devices; `timelines` the evidence windows of the first `timelines`
     findings (for the HTML report). `frames` reuses frames the caller already built over
     `trace` (the dashboard keeps them for its own views); `result` the analyzers' result when an
-    engine already ran them (`analyze`)."""
+    engine already ran them (`analyze`). `what_if`: replay each time finding's fix
+    (analyzers.whatif) and rank the findings by its saving."""
     frames = frames if frames is not None else Frames(trace, window=window)
     result = result if result is not None else run(trace, names, frames=frames)
+    if what_if:
+        predict_fixes(result, frames if frames.window == "all" else Frames(trace))
     summary = overview(frames, result)
     findings = _finding_rows(result)
     shown = findings[:max(timelines, 0)]
@@ -89,6 +92,20 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
     return _strict(rep)
 
 
+def predict_fixes(result: AnalysisResult, frames: Frames) -> None:
+    """Each time finding's fix replayed on the whole trace (`frames`, window "all"): its
+    `what_if`, cost and severity (analyzers.whatif). A trace whose dependency graph the replay
+    cannot re-time keeps the measured costs, and says why under `skipped["what_if"]`."""
+    from analyzers.whatif import predict
+
+    try:
+        predict(frames, result.findings)
+    except ValueError as exc:
+        for f in result.findings:
+            f.what_if = None
+        result.skipped["what_if"] = f"the fixes were not replayed: {exc}"
+
+
 def findings_report(result: AnalysisResult) -> dict[str, Any]:
     """The findings part of a report (what `analyze` prints): findings most costly first, each with
     `cost` in its `cost_unit`, the skipped analyzers and the metrics, as strict JSON."""
@@ -102,11 +119,11 @@ def _finding_rows(result: AnalysisResult) -> list[dict[str, Any]]:
 
 #: `analyze --format csv`: a finding's fields as JSON has them, one column each; `end_ns` is
 #: ts_ns + dur_ns; `lookup_*` the problem-lookup entry (`lookup_code` names it); lists and dicts
-#: (lookup_references, ranks, occurrences, evidence) as compact JSON text.
+#: (lookup_references, ranks, occurrences, evidence, what_if) as compact JSON text.
 FINDING_CSV_COLUMNS = (
     "code", "severity", "title", "rank", "device", "stream", "step", "ts_ns", "dur_ns", "end_ns", "cost", "cost_unit",
     "lost_ns", "lost_bytes", "metric", "value", "threshold", "analyzer", "message", "lookup_code", "lookup_symptom",
-    "lookup_cause", "lookup_remedy", "lookup_references", "ranks", "occurrences", "evidence")
+    "lookup_cause", "lookup_remedy", "lookup_references", "ranks", "occurrences", "evidence", "what_if")
 
 
 def write_findings_csv(findings: list[dict[str, Any]], out: Any) -> None:
@@ -174,6 +191,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"### {i}. [{f['severity']}] {_md(f['title'])} ({f['code']})", "",
                   f"{_md(f['message'])}", "",
                   f"- where: {_where(f)}; lost: {_lost(f)}",
+                  *([f"- {fix_text(f)}"] if fix_text(f) else []),
                   f"- metric: {f['metric']} = {_metric(f['metric'], f['value'])} "
                   f"(threshold {_metric(f['metric'], f['threshold'])})"]
         lk = f.get("lookup")
@@ -244,7 +262,7 @@ def to_html(report: dict[str, Any]) -> str:
     charts = _charts(report)
     head, rows = _device_table(report.get("devices") or [])
     return template.render(
-        report=report, summary=_summary_rows(report["summary"]), charts=charts, where=_where, lost=_lost, val=_val,
+        report=report, summary=_summary_rows(report["summary"]), charts=charts, where=_where, lost=_lost, fix=fix_text, val=_val,
         metric=_metric, ms=_ms,
         plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
@@ -290,7 +308,7 @@ def _charts(report: dict[str, Any]) -> dict[str, Any]:
         fig = go.Figure(go.Bar(x=[f["cost"] / 1e6 for _, f in lost], y=[f"{i}. {f['code']}" for i, f in lost],
                                orientation="h", marker_color="#b00020",
                                hovertemplate="%{y}: %{x:.3~r} ms<extra></extra>"))
-        fig.update_layout(title="Time lost per finding (ms)", yaxis_autorange="reversed", template="plotly_white",
+        fig.update_layout(title="Time per finding (ms): what its fix saves, else what it lost", yaxis_autorange="reversed", template="plotly_white",
                           height=max(180, 90 + 28 * len(lost)), margin=dict(l=10, r=20, t=40, b=40),
                           yaxis_automargin=True, xaxis_title="ms")
         out["lost"] = _Chart(fig, "lost")
@@ -501,13 +519,12 @@ def _where(f: dict[str, Any]) -> str:
 
 
 def _lost(f: dict[str, Any]) -> str:
-    unit = f.get("cost_unit")
-    if unit is None:  # a finding dict from before cost units
-        unit = "ns" if f.get("lost_ns") is not None else "bytes" if f.get("lost_bytes") is not None else ""
-    cost = f.get("cost")
-    if cost is None:
-        cost = f.get("lost_ns") if unit == "ns" else f.get("lost_bytes")
-    return cost_text(cost, unit)
+    """What the trace measured the finding to cost (its fix's predicted saving is `fix_text`)."""
+    if f.get("lost_ns") is not None:
+        return cost_text(f["lost_ns"], "ns")
+    if f.get("lost_bytes") is not None:
+        return cost_text(f["lost_bytes"], "bytes")
+    return "-"
 
 
 def _md(text: Any) -> str:
@@ -565,6 +582,7 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 {% for f in report.findings %}
 <div class="finding"><h3 class="{{ f.severity }}">{{ loop.index }}. [{{ f.severity }}] {{ f.title }} <small>({{ f.code }})</small></h3>
 <p>{{ f.message }}</p>
+{% if fix(f) %}<p class="fix"><b>{{ fix(f) }}</b></p>{% endif %}
 <p>where: {{ where(f) }}; lost: {{ lost(f) }}; {{ f.metric }} = {{ metric(f.metric, f.value) }} (threshold {{ metric(f.metric, f.threshold) }})</p>
 {% if f.lookup %}<table><tr><th>symptom</th><td>{{ f.lookup.symptom }}</td></tr>
 <tr><th>cause</th><td>{{ f.lookup.cause }}</td></tr><tr><th>remedy</th><td>{{ f.lookup.remedy }}</td></tr></table>{% endif %}

@@ -118,10 +118,22 @@ def test_findings_grid_lists_every_finding_in_rank_order(store: Store) -> None:
     assert find(page, "findings-trace").data == 0
 
 
+def test_findings_grid_shows_what_each_fix_saves() -> None:
+    """Each time finding's fix, replayed on the trace: the grid's "fix" column and its cost."""
+    entry = Store.open([SAMPLES / "yolo-pipeline-no-triple-buffer" / "trace"]).entries[0]
+    grid = find(findings.layout(Store.of({"yolo": entry.dataset}), entry, {}), "findings-grid")
+    assert [(r["code"], r["fix"], r["cost"]) for r in grid.rowData] == [
+        ("BUBBLE_DATA", "fix: data -> saves 9.85 ms (36.1%)", 9848424.0),
+        ("BUBBLE_COPY", "fix: copy -> saves 0.477 ms (1.75%)", 476520.0),
+        ("LAUNCH_BOUND", "fix: launch -> saves 0.0150 ms (0.0550%)", 15000.0),
+        ("BUBBLE_SYNC", "fix: sync -> saves 0 ms (0%)", 0.0),
+        ("SYNC_STALL", "-", None)]
+
+
 def test_findings_grid_columns_render_plain_text(store: Store) -> None:
     grid = find(findings.layout(store, store.entries[0], {}), "findings-grid")
-    assert [c["field"] for c in grid.columnDefs] == ["n", "severity", "code", "title", "where", "cost", "step",
-                                                     "symptom", "cause", "remedy", "message"]
+    assert [c["field"] for c in grid.columnDefs] == ["n", "severity", "code", "title", "where", "cost", "fix",
+                                                     "step", "symptom", "cause", "remedy", "message"]
     assert grid.columnDefs[0]["headerName"] == "#"
     for col in [*grid.columnDefs, grid.defaultColDef]:
         assert not {"cellRenderer", "cellRendererSelector"} & set(col), col

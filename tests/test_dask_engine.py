@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from analyzers import run
+from analyzers import Frames, run
 from msprof_py import report
 from msprof_py.cli import app
 from msprof_py.trace import write_trace
@@ -143,7 +143,10 @@ def test_cli_analyze_dask_starts_and_closes_a_local_cluster(traces):
     assert local.exit_code == 0 and dask.exit_code == 0, local.output + dask.output
     assert dask.stdout == local.stdout
     doc = json.loads(dask.stdout)
-    whole = report.findings_report(run(read_trace(traces["slow-rank"])))
+    trace = read_trace(traces["slow-rank"])
+    result = run(trace)
+    report.predict_fixes(result, Frames(trace))  # the fixes replayed, as analyze does by default
+    whole = report.findings_report(result)
     assert doc["findings"] == whole["findings"] and doc["skipped"] == whole["skipped"]
     assert sorted({f["code"] for f in doc["findings"]}) == ["BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA",
                                                             "BUBBLE_SYNC", "LAUNCH_BOUND", "LOW_OVERLAP", "SLOW_LINK",

@@ -18,6 +18,7 @@ from dash.exceptions import PreventUpdate
 
 from dashboard.data import Entry, Store
 from dashboard.pages import common
+from msprof_py.compare import fix_text
 
 PATH = "/findings"
 NAME = "Findings"
@@ -35,6 +36,8 @@ COLUMNS: list[dict[str, Any]] = [
      "valueFormatter": {"function": "params.data.cost_text"},
      "filterValueGetter": {"function": "params.data.cost_text"},
      "getQuickFilterText": {"function": "params.data.cost_text"}},
+    # What fixing it saves, predicted by replaying the trace with its remedy (analyzers.whatif).
+    {"field": "fix", "width": 230, **WRAPPED},
     {"field": "step", "width": 95, "filter": "agNumberColumnFilter"},
     {"field": "symptom", "width": 240, **WRAPPED},
     {"field": "cause", "width": 260, **WRAPPED},
@@ -55,7 +58,7 @@ def rows(entry: Entry, ranks: list[int] | None = None) -> list[dict[str, Any]]:
         out.append({
             "id": str(i), "n": i + 1, "severity": f["severity"], "code": f["code"], "title": f["title"],
             "where": common.where(f), "cost": f.get("cost") if f.get("cost_unit") else None,
-            "cost_text": common.fmt_cost(f), "step": f.get("step"), "symptom": lk.get("symptom", ""),
+            "cost_text": common.fmt_cost(f), "fix": fix_text(f) or "-", "step": f.get("step"), "symptom": lk.get("symptom", ""),
             "cause": lk.get("cause", ""), "remedy": lk.get("remedy", ""), "message": f["message"],
         })
     return out
