@@ -653,6 +653,10 @@ def eval_cmd(
     quick: Annotated[bool, typer.Option(
         "--quick", help="Only the small CI subset (seed 0 unless --seeds, no further seeds).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    what_if: Annotated[bool, typer.Option(
+        "--what-if", help="Instead: check each finding's predicted saving against the program fixed for real "
+                          "(scenario switches, 3 seeds, and the apps of tests/apps with a fixed twin; --quick: a "
+                          "few pairs).")] = False,
 ) -> None:
     """Score the analyzers strictly: run scenarios healthy (also with non-default parameters) and
     with each problem switch over several seeds; a finding detects an injected problem only where
@@ -664,6 +668,20 @@ def eval_cmd(
     from runtime_emu import scenarios
 
     seed_list = None if seeds is None else evaluate.parse_seeds(seeds)
+    if what_if:
+        from msprof_py import whatif_eval
+
+        if scenario:
+            raise MsprofError("--what-if runs its own pairs of programs; drop --scenario")
+        todo = whatif_eval.pairs(tuple(seed_list) if seed_list is not None else whatif_eval.SEEDS, quick=quick)
+        with loading.progress_reporter(0, force=sys.stderr.isatty()) as report_progress:
+            rows = whatif_eval.evaluate(todo, progress=lambda done, total: report_progress("what-if", done, total))
+        if as_json:
+            typer.echo(json.dumps({"tolerance": whatif_eval.TOLERANCE, "pairs": [r.to_dict() for r in rows]},
+                                  indent=2, allow_nan=False))
+            return
+        _show(whatif_eval.render(rows))
+        return
     cases = evaluate.plan(scenarios.SCENARIOS, scenario, seeds=seed_list, quick=quick)
     with loading.progress_reporter(0, force=sys.stderr.isatty()) as report_progress:
         scores = evaluate.evaluate(cases, progress=lambda done, total: report_progress("evaluate", done, total),

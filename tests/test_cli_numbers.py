@@ -64,26 +64,26 @@ def test_analyze_table_costs_in_ms_and_mib(no_triple_json):
     # the table's "lost" column keeps what the trace measured (each idle nanosecond under one cause)
     # and the fix's saving is under the message. The sync stall has no cost of its own.
     assert [(f["code"], f["severity"], f["cost_unit"], f["cost"], f["lost_ns"]) for f in no_triple_json["findings"]] == [
-        ("BUBBLE_DATA", "critical", "ns", 9848424.0, 8936624), ("BUBBLE_COPY", "info", "ns", 476520.0, 1368320),
+        ("BUBBLE_COPY", "critical", "ns", 11216744.0, 1368320), ("BUBBLE_DATA", "warning", "ns", 1747040.0, 8936624),
         ("LAUNCH_BOUND", "info", "ns", 15000.0, 5000), ("BUBBLE_SYNC", "info", "ns", 0.0, 906800),
         ("SYNC_STALL", "info", "", 0.0, None)]
     span = 27285470
     assert [f["what_if"] for f in no_triple_json["findings"]] == [
         {"remedy": r, "saving_ns": n, "saving_share": round(n / span, 6), "span_ns": span, "new_span_ns": span - n}
-        for r, n in (("data", 9848424), ("copy", 476520), ("launch", 15000), ("sync", 0))] + [None]
+        for r, n in (("copy", 11216744), ("data", 1747040), ("launch", 15000), ("sync", 0))] + [None]
     text = ok("analyze", NO_TRIPLE)
     rows = [r for r in table_rows(text) if r[0]]
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
-        ("1", "critical", "Device idle: data loading / preprocessing (BUBBLE_DATA)", "rank 0, device 0, stream 1",
+        ("1", "critical", "Device idle: waiting on a copy (BUBBLE_COPY)", "rank 0, device 0, stream 1", "1.37 ms"),
+        ("2", "warning", "Device idle: data loading / preprocessing (BUBBLE_DATA)", "rank 0, device 0, stream 1",
          "8.94 ms"),
-        ("2", "info", "Device idle: waiting on a copy (BUBBLE_COPY)", "rank 0, device 0, stream 1", "1.37 ms"),
         ("3", "info", "Launch-bound: tasks too small for their launch cost (LAUNCH_BOUND)",
          "rank 0, device 0, stream 1", "0.00500 ms"),
         ("4", "info", "Device idle: host synchronize (BUBBLE_SYNC)", "rank 0, device 0, stream 1", "0.907 ms"),
         ("5", "info", "Host stalls in synchronize calls (SYNC_STALL)", "rank 0", "-"),
     ]
     fixes = [c[2] for c in table_rows(text) if c[2].startswith("fix: ")]
-    assert fixes == ["fix: data -> saves 9.85 ms (36.1%)", "fix: copy -> saves 0.477 ms (1.75%)",
+    assert fixes == ["fix: copy -> saves 11.2 ms (41.1%)", "fix: data -> saves 1.75 ms (6.40%)",
                      "fix: launch -> saves 0.0150 ms (0.0550%)", "fix: sync -> saves 0 ms (0%)"]
     # Without the replay: ranked by the time measured lost, as before.
     plain = json.loads(ok("analyze", NO_TRIPLE, "--json", "--no-what-if"))["findings"]
@@ -138,14 +138,14 @@ def test_analyze_csv_has_the_json_values_at_full_precision(no_triple_json):
         end = f["ts_ns"] + f["dur_ns"]
         assert int(row["end_ns"]) == end
     # Full precision, not the table's 3 significant digits.
-    first = rows[0]
+    first = rows[1]
     assert (first["code"], first["severity"], first["rank"], first["device"], first["stream"]) == \
-        ("BUBBLE_DATA", "critical", "0", "0", "1")
+        ("BUBBLE_DATA", "warning", "0", "0", "1")
     assert (first["ts_ns"], first["dur_ns"], first["end_ns"]) == ("4755971", "21462104", "26218075")
     assert (first["cost"], first["cost_unit"], first["lost_ns"], first["value"]) == \
-        ("9848424.0", "ns", "8936624", "0.327523")
-    assert json.loads(first["what_if"]) == {"remedy": "data", "saving_ns": 9848424, "saving_share": 0.36094,
-                                            "span_ns": 27285470, "new_span_ns": 17437046}
+        ("1747040.0", "ns", "8936624", "0.327523")
+    assert json.loads(first["what_if"]) == {"remedy": "data", "saving_ns": 1747040, "saving_share": 0.064028,
+                                            "span_ns": 27285470, "new_span_ns": 25538430}
     assert first["lookup_code"] == "BUBBLE_DATA"
     assert rows[4]["stream"] == rows[4]["lost_ns"] == rows[4]["cost_unit"] == ""  # None: an empty cell
 

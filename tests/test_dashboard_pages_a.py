@@ -123,8 +123,8 @@ def test_findings_grid_shows_what_each_fix_saves() -> None:
     entry = Store.open([SAMPLES / "yolo-pipeline-no-triple-buffer" / "trace"]).entries[0]
     grid = find(findings.layout(Store.of({"yolo": entry.dataset}), entry, {}), "findings-grid")
     assert [(r["code"], r["fix"], r["cost"]) for r in grid.rowData] == [
-        ("BUBBLE_DATA", "fix: data -> saves 9.85 ms (36.1%)", 9848424.0),
-        ("BUBBLE_COPY", "fix: copy -> saves 0.477 ms (1.75%)", 476520.0),
+        ("BUBBLE_COPY", "fix: copy -> saves 11.2 ms (41.1%)", 11216744.0),
+        ("BUBBLE_DATA", "fix: data -> saves 1.75 ms (6.40%)", 1747040.0),
         ("LAUNCH_BOUND", "fix: launch -> saves 0.0150 ms (0.0550%)", 15000.0),
         ("BUBBLE_SYNC", "fix: sync -> saves 0 ms (0%)", 0.0),
         ("SYNC_STALL", "-", None)]

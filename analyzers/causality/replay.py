@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from analyzers.causality.critical_path import _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
+from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
 from analyzers.frames import Frames
 from msprof_py.trace.schema import Trace
 
@@ -55,7 +55,8 @@ REMEDY_DOCS = {
             "the first is issued one batch ahead on a copy stream: it starts once the copy before it ended and the "
             "first kernel after the copy two back (the reader of the buffer it overwrites) ran, no longer after "
             "its launch call or the task before it; what came after it on its stream still waits for it, and a "
-            "synchronize no longer waits for it (an event orders its reader)",
+            "synchronize no longer waits for it (an event orders its reader); a device-to-host copy of results "
+            "goes out on a stream of its own (after the kernels before it; the next task no longer waits for it)",
     "queue": "a deeper stream queue: a launch never blocks at a full queue (it returns at its own cost, at most "
              "5 us)",
     "straggler": "equalise a straggler: the rank's kernels (scope it with @RANK; default the rank with the most "
@@ -218,8 +219,9 @@ def _task_frame(jg: JobGraph, ranks) -> pd.DataFrame:
 
 
 def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
-    """Input copies double-buffered (REMEDY_DOCS["copy"]): on a stream that runs kernels too, each
-    host-to-device copy after the first is issued one batch ahead, on a copy stream of its own."""
+    """Copies double-buffered (REMEDY_DOCS["copy"]): on a stream that runs kernels too, each
+    host-to-device copy after the first is issued one batch ahead, on a copy stream of its own, and
+    each device-to-host copy goes out on a stream of its own."""
     from analyzers.streams import copy_kind
 
     t = _task_frame(jg, ranks)
@@ -227,44 +229,138 @@ def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
         return
     t = t.sort_values(["rank", "device", "stream", "ts"], kind="stable").reset_index(drop=True)
     is_in = np.zeros(len(t), dtype=bool)
+    is_out = np.zeros(len(t), dtype=bool)
     mem = (t["kind"] == "memcpy").to_numpy()
-    is_in[mem] = (copy_kind(t[mem]) == "Memcpy HtoD").to_numpy()
+    kinds = copy_kind(t[mem]).to_numpy()
+    is_in[mem] = kinds == "Memcpy HtoD"
+    is_out[mem] = kinds == "Memcpy DtoH"
     is_kernel = (t["kind"] == "kernel").to_numpy()
-    starts, ends, src, dst = [], [], [], []
+    # A copy that started late for no recorded reason, or a task that started late after it, keeps
+    # that delay on the stream, so the hoist recovers the copy's own time, never the unexplained.
+    unexplained = _Unexplained(jg, e)
+    a = jg.arrays
+    starts, ends, src, dst, add_w, freed = [], [], [], [], [], []
+
+    def edge(u: int, v: int, weight: int = 0) -> None:
+        src.append(u)
+        dst.append(v)
+        add_w.append(weight)
+
+    node_of = t["start_node"].to_numpy(), t["end_node"].to_numpy()
     for _, lane in t.groupby(["rank", "device", "stream"], sort=False).indices.items():
         lane = np.asarray(lane)
         if not is_kernel[lane].any():
             continue
+        start, end = node_of[0][lane], node_of[1][lane]
         pos = np.flatnonzero(is_in[lane])
+        out = np.flatnonzero(is_out[lane])
+        hoisted = np.zeros(len(lane), dtype=bool)
+        hoisted[pos[1:]] = True
         for k in range(1, len(pos)):
             i = pos[k]
-            me = lane[i]
-            starts.append(t["start_node"].iat[me])
-            ends.append(t["end_node"].iat[me])
+            starts.append(start[i])
+            ends.append(end[i])
             # One batch ahead: after the copy before it ...
-            src.append(t["end_node"].iat[lane[pos[k - 1]]])
-            dst.append(t["start_node"].iat[me])
+            edge(end[pos[k - 1]], start[i])
             # ... once the kernel that read the buffer it overwrites (two copies back) ran.
             if k >= 2:
-                after = np.flatnonzero(is_kernel[lane[pos[k - 2] + 1:]])
+                after = np.flatnonzero(is_kernel[lane[pos[k - 2] + 1:i]])
                 if len(after):
-                    src.append(t["end_node"].iat[lane[pos[k - 2] + 1 + after[0]]])
-                    dst.append(t["start_node"].iat[me])
-            # The stream keeps its order around the copy it no longer holds.
-            if 0 < i < len(lane) - 1:
-                src.append(t["end_node"].iat[lane[i - 1]])
-                dst.append(t["start_node"].iat[lane[i + 1]])
+                    edge(end[pos[k - 2] + 1 + after[0]], start[i])
+        # Copies out keep their order on their own stream.
+        for k in range(1, len(out)):
+            edge(end[out[k - 1]], start[out[k]])
+        # The stream keeps its order around the copies it no longer holds (each run of them), and
+        # the delays nothing recorded: before the first of them, and of the next task after the last.
+        gone = hoisted.copy()
+        gone[out] = True
+        i = 0
+        while i < len(lane):
+            if not gone[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < len(lane) and gone[j + 1]:
+                j += 1
+            if 0 < i and j < len(lane) - 1:
+                nxt = start[j + 1]
+                edge(end[i - 1], nxt, unexplained(start[i], end[i - 1]) + unexplained(nxt, end[j]))
+                for m in range(i, j + 1):
+                    if hoisted[m]:
+                        edge(end[m], nxt)  # the task after an input copy still reads its input
+                if not hoisted[j]:
+                    freed.append((end[j], nxt))
+            i = j + 1
+    if freed:
+        f = np.asarray(freed, dtype=np.int64)
+        key = e.all_src.astype(np.int64) * len(e.no_slack) + e.all_dst
+        e.w[np.isin(key, f[:, 0] * len(e.no_slack) + f[:, 1])] = np.nan
     if not starts:
+        _add(e, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(add_w, dtype=np.int64))
         return
     starts_a = np.asarray(starts, dtype=np.int64)
     # The copy no longer waits for its launch call or the task before it on its stream.
     e.w[np.isin(e.all_dst, starts_a)] = np.nan
     e.no_slack[starts_a] = True
     # The host no longer synchronizes on it: an event orders its reader after it.
-    a = jg.arrays
     w = e.w[:len(a["etype"])]
     w[(a["etype"] == _SYNC) & (a["cause"] == "sync") & np.isin(a["src"], np.asarray(ends, dtype=np.int64))] = np.nan
-    _add(e, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    _sync_one_behind(jg, e, t["end_node"].to_numpy(), ranks)
+    _add(e, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(add_w, dtype=np.int64))
+
+
+class _Unexplained:
+    """How much later a node ran than the graph (as recorded, before any edit) explains, apart
+    from one predecessor: what a remedy that removes that predecessor must leave in place."""
+
+    def __init__(self, jg: JobGraph, e: Edit) -> None:
+        a = jg.arrays
+        self.src, self.dst = e.all_src, e.all_dst
+        self.w0 = np.concatenate([a["w"], np.zeros(len(e.all_src) - len(a["w"]), dtype=np.int64)])
+        self.node_ts = np.concatenate([jg.node_ts, np.zeros(len(e.no_slack) - len(jg.node_ts), dtype=np.int64)])
+        self.by_dst = np.argsort(e.all_dst, kind="stable")
+        self.dst_sorted = e.all_dst[self.by_dst]
+
+    def __call__(self, node: int, before: int | None = None) -> int:
+        """`node`'s time past both `before` (None: nothing) and its other predecessors."""
+        lo, hi = np.searchsorted(self.dst_sorted, [node, node + 1])
+        k = self.by_dst[lo:hi]
+        held = np.iinfo(np.int64).min
+        if before is not None:
+            k = k[self.src[k] != before]
+            held = int(self.node_ts[before])
+        if len(k):
+            held = max(held, int((self.node_ts[self.src[k]] + self.w0[k]).max()))
+        if held == np.iinfo(np.int64).min:
+            return 0
+        return max(int(self.node_ts[node]) - held, 0)
+
+
+def _sync_one_behind(jg: JobGraph, e: Edit, task_ends: np.ndarray, ranks) -> None:
+    """With two buffers the host waits for the batch before, not the one it just queued: each
+    synchronize of a thread that waited for tasks of `task_ends` waits for what the one before it
+    waited for instead (the thread's first waits for nothing, its last for everything)."""
+    a = jg.arrays
+    w = e.w[:len(a["etype"])]
+    calls = _host_nodes(jg, ("sync",), ranks)
+    if calls.empty:
+        return
+    into = np.flatnonzero((a["etype"] == _SYNC) & (a["cause"] == "sync") & np.isin(a["src"], task_ends))
+    if not len(into):
+        return
+    waited = pd.DataFrame({"node": a["dst"][into], "src": a["src"][into], "k": into})
+    src, dst = [], []
+    for _, g in calls.sort_values("ts", kind="stable").groupby(["rank", "pid", "tid"], sort=False):
+        ends_ = [n for n in g["end_node"].tolist() if n in set(waited["node"].tolist())]
+        for before, me in zip([None, *ends_[:-2]], ends_[:-1]):
+            w[waited.loc[waited["node"] == me, "k"].to_numpy()] = np.nan
+            e.no_slack[me] = True
+            if before is not None:
+                got = waited.loc[waited["node"] == before, "src"].to_numpy()
+                src.append(got)
+                dst.append(np.full(len(got), me, dtype=np.int64))
+    if src:
+        _add(e, np.concatenate(src), np.concatenate(dst))
 
 
 def _equalise(jg: JobGraph, w: np.ndarray, ranks) -> None:
@@ -384,10 +480,14 @@ def _prefetch(jg: JobGraph, e: Edit, ranks=None) -> None:
     calls = _host_nodes(jg, ("data_load", "host_work"), ranks)
     if calls.empty:
         return
+    # A loading span inside another moves with it: only the outermost ones are edited.
+    calls = calls.sort_values(["rank", "pid", "tid", "ts"], kind="stable")
+    reach = calls.groupby(["rank", "pid", "tid"])["end"].transform(lambda x: x.cummax().shift(1))
+    calls = calls[~(calls["ts"] < reach).to_numpy()].reset_index(drop=True)
     starts = calls["start_node"].to_numpy()
     ends = calls["end_node"].to_numpy()
     into = np.isin(a["dst"], starts)
-    out_of = np.isin(a["src"], ends) & (a["etype"] == _OP)
+    out_of = np.isin(a["src"], ends) & np.isin(a["etype"], (_OP, _DEP))  # the host program after it
     # What the host did before a loading span now leads straight to what it did after it.
     before = pd.DataFrame({"node": a["dst"][into], "src": a["src"][into]})
     after = pd.DataFrame({"node": a["src"][out_of], "dst": a["dst"][out_of]})
@@ -396,13 +496,18 @@ def _prefetch(jg: JobGraph, e: Edit, ranks=None) -> None:
     pos = pd.Series(np.arange(len(ends)), index=ends)
     after["k"] = pos.reindex(after["node"]).to_numpy()
     bridge = before.merge(after, on="k")
+    # The host time before a loading span that nothing recorded explains stays on the host.
+    unexplained = _Unexplained(jg, e)
+    bridge_w = np.array([unexplained(int(v)) for v in bridge["node_x"].to_numpy()], dtype=np.int64)
     e.w[:len(a["dst"])][into] = np.nan
     src, dst = [bridge["src"].to_numpy(np.int64)], [bridge["dst"].to_numpy(np.int64)]
     # The loader prepares each batch once it finished the one before.
+    weights = [bridge_w]
     for _, g in calls.sort_values("ts", kind="stable").groupby(["rank", "pid", "tid"], sort=False):
         src.append(g["end_node"].to_numpy()[:-1])
         dst.append(g["start_node"].to_numpy()[1:])
-    _add(e, np.concatenate(src), np.concatenate(dst))
+        weights.append(np.zeros(len(g) - 1, dtype=np.int64))
+    _add(e, np.concatenate(src), np.concatenate(dst), np.concatenate(weights))
     e.no_slack[starts] = True
 
 
