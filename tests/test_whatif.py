@@ -220,3 +220,16 @@ def test_the_public_replay_takes_a_path_and_remedy_texts_and_returns_a_trace():
     assert len(t) == len(read_trace(NO_TRIPLE / "trace"))
     with pytest.raises(ValueError, match="unknown remedy 'x'"):
         msprof_py.replay(t, remedies=["x"])
+
+
+def test_rows_that_are_no_node_move_with_their_thread_or_device(tmp_path):
+    # Counters, memory events and accesses follow the device's tasks, host rows their thread: the
+    # re-timed trace's own span (what `diff` compares) shrinks by the saving, as the fixed run's.
+    trace = read_trace(NO_TRIPLE / "trace")
+    r = replay(Frames(trace), [Remedy("copy")])
+    lo, hi = Frames(trace).span
+    lo2, hi2 = Frames(r.trace).span
+    assert (hi - lo) - (hi2 - lo2) == pytest.approx(r.saving_ns, rel=0.02)
+    counters = r.trace.table.to_pandas()
+    counters = counters[counters["kind"] == "counter"]
+    assert counters["ts"].max() <= hi2

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
 from analyzers.frames import Frames
@@ -771,8 +772,10 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
 
 
 def _write(frames: Frames, jg: JobGraph, new: np.ndarray) -> pa.Table:
-    """The trace table with every node's row re-timed, and host rows without a node (steps,
-    annotations) shifted as the thread's last node before them moved."""
+    """The trace table with every node's row re-timed; host rows without a node (steps,
+    annotations) shifted as the thread's last node before them moved; device rows without one
+    (counters, memory events, flow ends, accesses) as the device's last task start or end before
+    them moved."""
     t = frames.trace.table  # every column (window "all": the same rows as frames.table)
     ts = t.column("ts").to_numpy(zero_copy_only=False).astype(np.int64)
     dur = t.column("dur").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -780,6 +783,7 @@ def _write(frames: Frames, jg: JobGraph, new: np.ndarray) -> pa.Table:
     new_ts, new_end = ts.copy(), ts + dur
     placed = np.zeros(len(ts), dtype=bool)
     host_keys, host_t, host_shift = [], [], []
+    dev_keys, dev_t, dev_shift = [], [], []
     # Each row moves by its nodes' shifts (a node's time may differ from its row's: a call that
     # overlaps its parent's end ends with it in the graph).
     shift = new - jg.node_ts
@@ -799,13 +803,48 @@ def _write(frames: Frames, jg: JobGraph, new: np.ndarray) -> pa.Table:
         new_ts[rows] = ts[rows] + shift[off + 2 * H:off + 2 * H + D]
         new_end[rows] = ts[rows] + dur[rows] + shift[off + 2 * H + D:off + 2 * H + 2 * D]
         placed[rows] = True
+        device = g.tasks["device"].to_numpy(np.int64)
+        dev_keys.append(np.stack([np.full(2 * D, r), np.concatenate([device, device])], axis=1))
+        dev_t.append(np.concatenate([ts[rows], ts[rows] + dur[rows]]))
+        dev_shift.append(shift[off + 2 * H:off + 2 * H + 2 * D])
     if host_keys:
         _shift_host_rows(t, ts, dur, new_ts, new_end, placed, np.concatenate(host_keys), np.concatenate(host_t),
                          np.concatenate(host_shift))
+    if dev_keys:
+        _shift_device_rows(t, ts, dur, new_ts, new_end, placed, np.concatenate(dev_keys), np.concatenate(dev_t),
+                           np.concatenate(dev_shift))
     out = t.set_column(t.schema.get_field_index("ts"), "ts", pa.array(new_ts, type=t.schema.field("ts").type))
     new_dur = np.where(has_dur, new_end - new_ts, 0)
     dur_col = pa.array(new_dur, type=t.schema.field("dur").type, mask=~has_dur)
     return out.set_column(t.schema.get_field_index("dur"), "dur", dur_col)
+
+
+def _shift_device_rows(t: pa.Table, ts, dur, new_ts, new_end, placed, keys, task_t, shift) -> None:
+    """Move each row that is no node and was not moved with a host thread by the shift of its
+    device's (a row on no device: its rank's) last task start or end at or before it (its start
+    and its end each). Metadata rows stay."""
+    device = t.column("device")
+    meta = pc.equal(t.column("kind").cast(pa.string()), "meta").fill_null(False).to_numpy(zero_copy_only=False)
+    free = ~placed & ~meta & (new_ts == ts) & (new_end == ts + dur)
+    if not free.any():
+        return
+    rows = np.flatnonzero(free)
+    rank = t.column("rank").to_numpy(zero_copy_only=False).astype(np.int64)[rows]
+    dev = device.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)[rows]
+    points = pd.DataFrame({"rank": keys[:, 0], "device": keys[:, 1], "t": task_t, "shift": shift})
+    # A row on no device follows all of its rank's devices.
+    points = pd.concat([points, points.assign(device=-1)], ignore_index=True)
+    points = points.sort_values(["rank", "device", "t"], kind="stable")
+    want = pd.DataFrame({"rank": rank, "device": dev}).groupby(["rank", "device"], sort=False).indices
+    for (r, d), g in points.groupby(["rank", "device"], sort=False):
+        sel = want.get((r, d))
+        if sel is None:
+            continue
+        sel = rows[sel]
+        t_arr, s_arr = g["t"].to_numpy(), g["shift"].to_numpy()
+        for at, target in ((ts[sel], new_ts), (ts[sel] + dur[sel], new_end)):
+            k = np.clip(np.searchsorted(t_arr, at, side="right") - 1, 0, len(t_arr) - 1)
+            target[sel] = at + s_arr[k]
 
 
 def _shift_host_rows(t: pa.Table, ts, dur, new_ts, new_end, placed, keys, call_ts, shift) -> None:
