@@ -17,7 +17,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from analyzers.finding import lookup_table
 from dashboard.app import create_app
 from dashboard.data import Dataset, Entry, Store
-from dashboard.pages import common, compare, findings, lookup
+from dashboard.pages import common, compare, findings, lookup, timeline
 from msprof_py.compare import compare as compare_reports
 from msprof_py.compare import cost_text
 
@@ -128,6 +128,16 @@ def test_findings_grid_shows_what_each_fix_saves() -> None:
         ("LAUNCH_BOUND", "fix: launch -> saves 0.0150 ms (0.0550%)", 15000.0),
         ("BUBBLE_SYNC", "fix: sync -> saves 0 ms (0%)", 0.0),
         ("SYNC_STALL", "-", None)]
+
+
+def test_timeline_banner_of_a_finding_shows_what_its_fix_saves() -> None:
+    entry = Store.open([SAMPLES / "yolo-pipeline-no-triple-buffer" / "trace"]).entries[0]
+    store = Store.of({"yolo": entry.dataset})
+    page = timeline.layout(store, store.entries[0], {"finding": "0"})
+    assert find(page, "tl-fix").children == "fix: copy -> saves 11.2 ms (41.1%)"
+    # SYNC_STALL (the last finding) has no fix of its own: no line.
+    page = timeline.layout(store, store.entries[0], {"finding": str(len(entry.dataset.findings) - 1)})
+    assert find(page, "tl-finding") is not None and find(page, "tl-fix") is None
 
 
 def test_findings_grid_columns_render_plain_text(store: Store) -> None:

@@ -24,6 +24,7 @@ from dashboard.data import Dataset, Store
 from dashboard.figures import Highlight, Marker, timeline_figure
 from dashboard.pages import common
 from msprof_py.breakdown import finding_window
+from msprof_py.compare import fix_text
 
 PATH = "/timeline"
 NAME = "Timeline"
@@ -88,6 +89,7 @@ def layout(store: Store, entry, params: dict[str, Any]):
     if f is not None:
         banner = [html.Div([html.Strong(f"#{common.int_param(params, 'finding') + 1} {f['code']}: "),
                             html.Span(f["title"]), html.Span(f" · {common.where(f)} · costs {common.fmt_cost(f)}"),
+                            *([html.Div(fix_text(f), className="fix", id="tl-fix")] if fix_text(f) else []),
                             html.Div(f["lookup"]["remedy"] if f.get("lookup") else "", className="remedy")],
                            className="finding-banner", id="tl-finding")]
     return html.Div([
