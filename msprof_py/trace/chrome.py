@@ -24,7 +24,6 @@ from msprof_py.trace import native
 from msprof_py.trace.fields import (
     ABSENT,
     INT64_MAX,
-    UINT64_MAX,
     bad_utf8_offset,
     event_text,
     extras,
@@ -763,7 +762,7 @@ def _well_formed(e: Any) -> bool:
             return False
     if e.dur is not None and us_to_ns(e.dur) < 0:
         return False
-    if e.id is not None and not (e.id.__class__ is str or (e.id.__class__ is int and -(2**63) <= e.id <= UINT64_MAX)):
+    if e.id is not None and e.id.__class__ not in (str, int):  # ids: any size (see flow_ids)
         return False
     for v in (e.pid, e.tid):
         if v.__class__ is int and not -(2**63) <= v <= INT64_MAX:

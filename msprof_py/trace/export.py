@@ -9,6 +9,7 @@ export -> import gives back the identical table.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,11 +18,13 @@ import pyarrow as pa
 
 from msprof_py.trace import gz
 from msprof_py.trace.atomic import atomic_file, parent_dir
-from msprof_py.trace.fields import format_us
+from msprof_py.trace.fields import UINT64_MAX, format_us
 from msprof_py.trace.importers import EXPORT_KEY
 from msprof_py.trace.schema import TYPED_COLUMNS, Trace
 
 _enc = msgspec.json.Encoder()
+#: JSON's integer syntax, ASCII digits only; "-0" is no id a decoder gives back as text.
+_INT_TEXT = re.compile(r"-?[1-9][0-9]*|0", re.A)
 Progress = Callable[[str, int, int], None]
 
 
@@ -89,10 +92,11 @@ def to_chrome_bytes(trace: Trace, progress: Progress | None = None) -> bytes:
 
 
 def _id_json(text: str) -> bytes:
-    """A flow id as a JSON number when it reads back as one (-2**63 .. 2**64 - 1), else as the
-    string it was (torch_npu writes HostToDevice ids beyond 2**64 as strings)."""
-    body = text[1:] if text.startswith("-") else text
-    if body.isdigit() and (len(body) == 1 or not body.startswith("0")) and -(2**63) <= int(text) < 2**64:
+    """An id as the producer wrote it, as far as the table tells: a JSON number when it is the
+    canonical text of an integer that JSON readers take as one (-2**63 .. 2**64 - 1), else the
+    string it was. torch_npu writes HostToDevice flow ids beyond 2**64 as strings; a bare number
+    that wide would be refused or rounded by most readers (double or 64-bit integers)."""
+    if _INT_TEXT.fullmatch(text) and -(2**63) <= int(text) <= UINT64_MAX:
         return text.encode()
     return _enc.encode(text)
 

@@ -293,18 +293,20 @@ def shown(value: Any, *, quote: bool = True, limit: int = 40) -> str:
 
 
 def flow_ids(values: list[Any], where: str) -> pa.Array:
-    """Flow/async ids as text: integers exactly (beyond 2**53 too), strings as they are."""
+    """Flow/async ids as text: integers exactly, of any size (torch_npu's HostToDevice ids pass
+    2**64; a producer that writes them as bare numbers must not lose its trace), strings as they are."""
     try:
         ints = pa.array(values, type=pa.int64())
         return ints.cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
-    return pa.array(as_text(values, "id", "a number or string", where, max_int=UINT64_MAX), type=pa.string())
+    return pa.array(as_text(values, "id", "a number or string", where, max_int=None), type=pa.string())
 
 
 def as_text(values: list[Any], key: str, expected: str, where: str, *,
-             max_int: int = INT64_MAX) -> list[str | None]:
-    """Ints as decimal text, strings (float literals, numeric strings) as they are."""
+             max_int: int | None = INT64_MAX) -> list[str | None]:
+    """Ints as decimal text, strings (float literals, numeric strings) as they are; ints outside
+    -2**63 .. `max_int` are out of range (None: no bound, for ids)."""
     out: list[str | None] = list(values)
     for i, v in enumerate(values):
         c = v.__class__
@@ -312,7 +314,7 @@ def as_text(values: list[Any], key: str, expected: str, where: str, *,
             continue
         if c is not int:
             raise TraceFormatError(f"{where}: event {i}: '{key}' must be {expected}, got {kind_of(v)}")
-        if not -(2**63) <= v <= max_int:
+        if max_int is not None and not -(2**63) <= v <= max_int:
             raise out_of_range(where, i, key, v)
         out[i] = str(v)
     return out
