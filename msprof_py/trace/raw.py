@@ -104,7 +104,9 @@ class RawEvents:
         bounds = np.cumsum([0] + [len(c) for c in chunks])
         ascending = bool((idx[1:] >= idx[:-1]).all())
         if not ascending and len(chunks) > 1:
-            return [self.args.take(pa.array(idx))]
+            # One array, not a chunked one: callers join the parts as arrays (Ascend's device rows,
+            # hardware tasks then HCCL's, do not ascend).
+            return [self.args.take(pa.array(idx)).combine_chunks()]
         # Each chunk's rows: a slice of idx when it ascends (it does when made by flatnonzero).
         cuts = np.searchsorted(idx, bounds) if ascending else np.array([0, len(idx)])
         parts = []

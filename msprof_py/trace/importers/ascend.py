@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import csv as pa_csv
 
+from msprof_py.trace.fields import string_id
 from msprof_py.trace.importers import common
 from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
 from msprof_py.trace.raw import RawEvents
@@ -48,6 +49,10 @@ class _TaskArgs(msgspec.Struct):
     data_size: Any = msgspec.field(default=None, name="data size(B)")
     task_id: Any = msgspec.field(default=None, name="Task Id")
     block_dim: Any = msgspec.field(default=None, name="Block Dim")
+    # HCCL's own rows: a task's stream and rank; an op's link to its hardware tasks.
+    hccl_stream: Any = msgspec.field(default=None, name="stream id")
+    src_rank: Any = msgspec.field(default=None, name="src rank")
+    connection_id: Any = None
 
 
 def looks_like(raw: RawEvents) -> bool:
@@ -60,7 +65,8 @@ def derive(raw: RawEvents, source: Path | None = None) -> Typed:
 
     `source`: the trace file, when it sits in its profiler's output folder (torch_npu's
     `*_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json`): the folder's kernel_details.csv and
-    device info.json give kernels their block dim and core count (see `_kernel_shape`).
+    device info.json give kernels their block dim and core count (see `_kernel_shape`), its
+    profiler_info_N.json the rank (see `rank_of`).
     """
     t = Typed(raw)
     ph, name, cat = common.base_kinds(raw, t)
@@ -102,11 +108,15 @@ def derive(raw: RawEvents, source: Path | None = None) -> Typed:
     coll = matches(task_text, _COLLECTIVE)
     kinds[(is_comm | coll) & ~np.isin(kinds, (CODE["wait"], CODE["memcpy"]))] = CODE["collective"]
     t.kind[dev_rows] = kinds
+    rank = rank_of(source, targs[len(hw):])
+    if rank is not None:
+        t.rank[:] = rank
     _collective_parts(raw, t, dev_rows[kinds == CODE["collective"]])
+    _hccl_op_streams(raw, t, dev_rows, targs, len(hw))
 
     # Flows: HostToDevice (CANN launch -> task) and async_npu (torch op -> task) carry the link.
     flows = np.flatnonzero(t.kind == "flow")
-    t.set("corr", flows, common.flow_ids_as_int(raw, flows))
+    t.set("corr", flows, _flow_corr(raw, flows))
     _link_h2d(raw, t, flows, np.flatnonzero(is_x & cann), hw)
     # Single-op mode compiles an operator (or finds it compiled) in the call that then runs it:
     # the call is op_compile, and keeps the correlation of the task it launched.
@@ -299,6 +309,17 @@ def _or(v: int | None, fallback: int) -> int:
     return v if v is not None else fallback
 
 
+def _flow_corr(raw: RawEvents, flows: np.ndarray) -> pa.Array:
+    """Flow ids as correlation ids: an id that is no int64 (torch_npu's HostToDevice ids pass
+    2**64) gets the stable synthetic int64 a string pid gets, so both ends of its flow still match;
+    null where a flow has no id."""
+    texts = raw.take("id", flows)
+    try:
+        return texts.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.array([None if x is None else string_id(x) for x in texts.to_pylist()], type=pa.int64())
+
+
 def _link_h2d(raw: RawEvents, t: Typed, flows: np.ndarray, cann_x: np.ndarray, hw: np.ndarray) -> None:
     """HostToDevice flows: the `s` end sits in the launching CANN slice, the `f` end (bp=e) in
     the device task. Both slices get the flow id as `corr`."""
@@ -308,9 +329,10 @@ def _link_h2d(raw: RawEvents, t: Typed, flows: np.ndarray, cann_x: np.ndarray, h
     if not len(h2d):
         return
     h2d_ph = raw.take("ph", h2d)
-    starts = h2d[mask_of(h2d_ph, ("s",))]
-    finishes = h2d[mask_of(h2d_ph, ("f",))]
     corr, ok = t.get("corr")
+    # A flow without an id links nothing (its corr is null, not 0).
+    starts = h2d[mask_of(h2d_ph, ("s",)) & ok[h2d]]
+    finishes = h2d[mask_of(h2d_ph, ("f",)) & ok[h2d]]
     task = common.enclosing_slices(raw, finishes, hw)
     hit = task >= 0
     t.set("corr", task[hit], corr[finishes[hit]])
@@ -318,3 +340,69 @@ def _link_h2d(raw: RawEvents, t: Typed, flows: np.ndarray, cann_x: np.ndarray, h
     hit = launch >= 0
     t.set("corr", launch[hit], corr[starts[hit]])
     t.kind[launch[hit]] = "launch"
+
+
+def _hccl_op_streams(raw: RawEvents, t: Typed, dev_rows: np.ndarray, targs: list[_TaskArgs], n_hw: int) -> None:
+    """An HCCL op (hcom_*, on a "Group N Communication" thread) runs on the stream of its hardware
+    tasks: the Ascend Hardware tasks that carry the op's `connection_id` (its SDMA, Notify Wait and
+    Write Value tasks); failing that, the "stream id" most of the HCCL task rows in its span carry.
+    The HCCL task rows (the "Plane N" threads) keep no stream: each is a second view of a task
+    the Ascend Hardware stream already holds, and would count twice there."""
+    stream, stream_ok = t.get("stream")
+    by_conn: dict[int, int] = {}
+    for i, a in zip(dev_rows[:n_hw].tolist(), targs[:n_hw]):
+        c = to_int(a.connection_id)
+        if c is not None and stream_ok[i]:
+            by_conn.setdefault(c, int(stream[i]))
+    comm_rows, comm_args = dev_rows[n_hw:], targs[n_hw:]
+    task = np.array([to_int(a.hccl_stream) is not None for a in comm_args], dtype=bool)
+    tasks = comm_rows[task]
+    task_stream = np.array([to_int(a.hccl_stream) for a, is_task in zip(comm_args, task) if is_task], dtype=np.int64)
+    order = np.argsort(raw.ts_ns[tasks], kind="stable")
+    tasks, task_stream = tasks[order], task_stream[order]
+    dur = raw.dur_ns.fill_null(0).to_numpy(zero_copy_only=False)
+    for i, a, is_task in zip(comm_rows.tolist(), comm_args, task.tolist()):
+        if is_task or t.kind.codes[i] != CODE["collective"]:
+            continue
+        s = by_conn.get(to_int(a.connection_id))  # type: ignore[arg-type]
+        if s is None:
+            lo, hi = np.searchsorted(raw.ts_ns[tasks], [raw.ts_ns[i], raw.ts_ns[i] + dur[i]], side="left")
+            inside = task_stream[lo:hi][raw.pid[tasks[lo:hi]] == raw.pid[i]]
+            if len(inside):
+                values, counts = np.unique(inside, return_counts=True)
+                s = int(values[np.argmax(counts)])
+        if s is not None:
+            t.set("stream", [i], [s])
+
+
+#: torch_npu's `profiler_info_N.json` (one per rank; `profiler_info.json` when not distributed).
+_PROFILER_INFO = re.compile(r"^profiler_info(?:_(\d{1,9}))?\.json$")
+
+def rank_of(source: Path | None, comm_args: list[_TaskArgs]) -> int | None:
+    """The rank a torch_npu timeline belongs to: `rank_id` of the profiler_info_N.json in the
+    `*_ascend_pt` folder it sits in (else the N of its name), or failing that the "src rank" most
+    of its HCCL task rows carry (a rank is the source of the tasks in its own timeline); None
+    when neither says."""
+    if source is not None and source.parent.name == "ASCEND_PROFILER_OUTPUT":
+        found = set()
+        for path in source.parent.parent.glob("profiler_info*.json"):
+            m = _PROFILER_INFO.match(path.name)
+            if not m or not path.is_file():
+                continue
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                doc = None
+            rank = to_int(doc.get("rank_id")) if isinstance(doc, dict) else None
+            if rank is None or not 0 <= rank < 2**31:  # -1: a run that was not distributed
+                rank = int(m.group(1)) if m.group(1) else None
+            if rank is not None:
+                found.add(rank)
+        if len(found) == 1:
+            return found.pop()
+    # (0xFFFFFFFF is HCCL's "no rank"; the rank column is int32.)
+    ranks = [r for r in (to_int(a.src_rank) for a in comm_args) if r is not None and 0 <= r < 2**31]
+    if not ranks:
+        return None
+    values, counts = np.unique(ranks, return_counts=True)
+    return int(values[np.argmax(counts)])
