@@ -86,11 +86,16 @@ def _checked(trace: Trace, path: Path) -> Trace:
 
 def table_path(path: Path) -> Path:
     """Where the table of `path` is: a directory holding no partitions or Parquet files of its own
-    but a `trace/` table (a sample such as sample_traces/emulated/bert-train-dp) means that table."""
-    if path.is_dir() and (path / TABLE_SUBDIR).is_dir() and not any(
-            p.name.startswith("rank=") or p.suffix == ".parquet" for p in path.iterdir()):
+    but a `trace/` table (a sample such as sample_traces/emulated/bert-train-dp) means that table;
+    a torch_npu output folder (`rank0_ascend_pt/`, or its ASCEND_PROFILER_OUTPUT/) means the
+    trace_view.json in it."""
+    if not path.is_dir() or any(p.name.startswith("rank=") or p.suffix == ".parquet" for p in path.iterdir()):
+        return path
+    if (path / TABLE_SUBDIR).is_dir():
         return path / TABLE_SUBDIR
-    return path
+    from msprof_py.trace.importers.ascend import timeline_path  # only for a directory that is no table
+
+    return timeline_path(path)
 
 
 def is_parquet(path: Path) -> bool:

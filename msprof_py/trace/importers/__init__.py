@@ -94,7 +94,9 @@ def import_trace(path: str | Path, *, lenient: bool = False, progress: Progress 
     `analysis_only` leaves the verbatim `args` and `extra` columns null (the typed columns
     are derived from args as usual): what analyzers read, as `read_trace(columns=...)` loads
     from Parquet. Such a table is for analysis; it does not export back to the same JSON.
+    A torch_npu output folder (`*_ascend_pt/`) means the trace_view.json inside it.
     """
+    path = ascend.timeline_path(Path(path))
     data = read_bytes(path, progress)
     if progress:
         progress("parse", 0, 1)

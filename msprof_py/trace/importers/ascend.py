@@ -19,12 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import csv as pa_csv
 
+from msprof_py.errors import MsprofError
 from msprof_py.trace.fields import string_id
 from msprof_py.trace.importers import common
 from msprof_py.trace.importers.common import CODE, Typed, contains, kind_codes, mask_of, matches, to_int
 from msprof_py.trace.raw import RawEvents
 
 FORMAT = "ascend"
+#: torch_npu's output folder per rank, `<name>_ascend_pt/`, keeps its text export here.
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+TIMELINE = "trace_view.json"
 
 _HW = "Ascend Hardware"
 _CANN = "CANN"
@@ -149,7 +153,7 @@ _CUBE = ("AI_CORE", "MIX_AIC")
 _VECTOR = ("AI_VECTOR_CORE", "MIX_AIV", "AIV_SQE")
 #: Output folders whose parent holds the device info (`[PROF_*/]device_N/info.json.N`):
 #: torch_npu's, and msprof's own.
-_OUTPUT_DIRS = ("ASCEND_PROFILER_OUTPUT", "mindstudio_profiler_output")
+_OUTPUT_DIRS = (OUTPUT_DIR, "mindstudio_profiler_output")
 
 
 def _kernel_shape(raw: RawEvents, t: Typed, kern: np.ndarray, targs: list[_TaskArgs], is_kern: np.ndarray,
@@ -216,7 +220,7 @@ _DETAIL_COLUMNS = {"Start Time(us)": "ts", "Stream ID": "stream", "Task ID": "ta
 def _kernel_details(source: Path | None) -> pa.Table | None:
     """torch_npu's kernel_details.csv beside the trace: ts (ns), stream, task, block_dim, core;
     None when there is none or it lacks a start time or a block dim."""
-    if source is None or source.parent.name != "ASCEND_PROFILER_OUTPUT":
+    if source is None or source.parent.name != OUTPUT_DIR:
         return None
     path = source.parent / "kernel_details.csv"
     try:
@@ -383,7 +387,7 @@ def rank_of(source: Path | None, comm_args: list[_TaskArgs]) -> int | None:
     `*_ascend_pt` folder it sits in (else the N of its name), or failing that the "src rank" most
     of its HCCL task rows carry (a rank is the source of the tasks in its own timeline); None
     when neither says."""
-    if source is not None and source.parent.name == "ASCEND_PROFILER_OUTPUT":
+    if source is not None and source.parent.name == OUTPUT_DIR:
         found = set()
         for path in source.parent.parent.glob("profiler_info*.json"):
             m = _PROFILER_INFO.match(path.name)
@@ -406,3 +410,31 @@ def rank_of(source: Path | None, comm_args: list[_TaskArgs]) -> int | None:
         return None
     values, counts = np.unique(ranks, return_counts=True)
     return int(values[np.argmax(counts)])
+
+
+def timeline_path(path: Path) -> Path:
+    """The timeline a torch_npu output folder stands for: `<name>_ascend_pt/` (what torch_npu
+    writes per rank, and msprof-analyze and MindStudio Insight take) or its ASCEND_PROFILER_OUTPUT/
+    means the trace_view.json inside. Any other path is returned as it is. A torch_npu folder that
+    holds no such timeline is a MsprofError that says what it holds instead."""
+    if not path.is_dir():
+        return path
+    out = path if path.name == OUTPUT_DIR else path / OUTPUT_DIR
+    if (out / TIMELINE).is_file():
+        return out / TIMELINE
+    if out.is_dir():
+        dbs = sorted(p.name for p in out.glob("*.db"))
+        if dbs:
+            raise MsprofError(f"{path}: a torch_npu output folder exported as a database ({', '.join(dbs)}), "
+                              f"with no {OUTPUT_DIR}/{TIMELINE}",
+                              hint="msprof-py reads the text export, which torch_npu writes with export_type 'text', its default")
+        raise MsprofError(f"{path}: a torch_npu output folder without {OUTPUT_DIR}/{TIMELINE}",
+                          hint="profile with the CPU and NPU activities and export_type text")
+    if path.name.endswith("_ascend_pt"):
+        raise MsprofError(f"{path}: a torch_npu output folder not parsed yet (no {OUTPUT_DIR}/)",
+                          hint="parse it first: torch_npu.profiler.profiler.analyse(<this folder>)")
+    folders = sorted(p.name for p in path.glob("*_ascend_pt") if p.is_dir())
+    if folders:
+        raise MsprofError(f"{path}: holds {len(folders)} torch_npu output folders ({', '.join(folders[:4])}"
+                          f"{', ...' if len(folders) > 4 else ''}), one per rank: give one of them")
+    return path
