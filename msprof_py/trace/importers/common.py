@@ -348,14 +348,25 @@ def data_loading(raw: RawEvents, typed: Typed, host_x: np.ndarray) -> None:
 
 
 def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device: np.ndarray) -> None:
-    """Mark `ProfilerStep#N` slices as steps; give host rows the step they fall in, device rows
-    the step of the launch that created them (time containment when no launch is known)."""
+    """Mark the host's `ProfilerStep#N` slices as steps; give host rows the step they fall in,
+    device rows the step of the launch that created them (time containment when no launch is
+    known).
+
+    A `ProfilerStep#N` slice off the host is the step's mirror on a device (PyTorch 2.x writes
+    one per step on the GPU, as a gpu_user_annotation): it stays the annotation its importer
+    made it, of step N, and is no step of its own (counted, it would double the steps and halve
+    their length)."""
     maybe = np.flatnonzero(pc.starts_with(name, "ProfilerStep#").fill_null(False).to_numpy(zero_copy_only=False)
                            & raw.is_in("ph", ("X",)))
-    step_rows = maybe[matches(raw.take("name", maybe), r"^ProfilerStep#\d+$", ignore_case=False)]
+    named = maybe[matches(raw.take("name", maybe), r"^ProfilerStep#\d+$", ignore_case=False)]
+    named_numbers = np.array([int(_STEP_NAME.match(s).group(1)) for s in raw.take("name", named).to_pylist()],
+                             dtype=np.int64)
+    on_host = host[named]
+    mirrors = named[~on_host]
+    typed.set("step", mirrors, named_numbers[~on_host])
+    step_rows, numbers = named[on_host], named_numbers[on_host]
     if not len(step_rows):
         return
-    numbers = np.array([int(_STEP_NAME.match(s).group(1)) for s in raw.take("name", step_rows).to_pylist()])
     typed.kind[step_rows] = "step"
     starts = raw.ts_ns[step_rows]
     dur = raw.dur_ns.to_numpy(zero_copy_only=False)
@@ -375,6 +386,7 @@ def steps(raw: RawEvents, typed: Typed, name: pa.Array, host: np.ndarray, device
     typed.set("step", step_rows[order], numbers)
 
     dev_idx = np.flatnonzero(device & eligible)
+    dev_idx = dev_idx[~np.isin(dev_idx, mirrors)]
     if not len(dev_idx):
         return
     corr, corr_ok = typed.get("corr")

@@ -1,0 +1,130 @@
+"""Kineto traces as each era of the PyTorch profiler wrote them, read as their producers meant them.
+
+- PyTorch 2.x mirrors each `ProfilerStep#N` on the GPU as a gpu_user_annotation: the device's
+  annotation of the step, not one more step.
+- PyTorch 1.8 wrote a bare JSON array, no schemaVersion, with the categories Operator, Runtime,
+  Kernel, Memcpy, Memset (tests/data/kineto_pytorch18.json, written by hand in that shape).
+- ROCm builds whose device names are empty still say ROCm: roctracer / HIP versions, hip* calls.
+- Copy rates come from the producer's own "memory bandwidth (GB/s)" where it wrote one: its
+  figure is from the exact duration, `dur` may be rounded to whole microseconds.
+
+Expected figures are worked out by hand from the events listed with them, or read from the raw
+files with the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analyzers.frames import Frames
+from msprof_py.cli import app
+from msprof_py.trace import import_bytes, import_trace
+
+PT18 = Path(__file__).resolve().parent / "data" / "kineto_pytorch18.json"
+BASE_US = 1_700_000_000_000_000
+runner = CliRunner()
+
+#: (step, ts, dur, kernels as (launch ts, kernel ts, kernel dur)), in us from BASE_US.
+TWO_STEPS = ((1, 0, 100, ((10, 40, 20), (20, 60, 30))), (2, 100, 100, ((110, 140, 20), (120, 160, 30))))
+ONE_STEP = ((1, 0, 100, ((10, 40, 20), (50, 60, 30))),)
+
+
+def pt2_trace(steps, *, mirrors: bool = True, device_name: str = "NVIDIA A100-SXM4-80GB",
+              launch: str = "cudaLaunchKernel", top: dict | None = None) -> dict:
+    """A PyTorch 2.x trace of `steps`: host ProfilerStep slices (user_annotation), one launch call
+    per kernel, kernels on device 0 stream 7 joined by correlation args and ac2g flows and, with
+    `mirrors`, each step's gpu_user_annotation mirror on the GPU from its first kernel's start
+    to its last kernel's end (as Kineto draws it)."""
+    events = [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}}]
+    corr = 100
+    for number, ts, dur, kernels in steps:
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 4242,
+                       "tid": 4242, "ts": BASE_US + ts, "dur": dur, "args": {"External id": number}})
+        for launch_ts, kernel_ts, kernel_dur in kernels:
+            corr += 1
+            events += [
+                {"ph": "X", "cat": "cuda_runtime", "name": launch, "pid": 4242, "tid": 4242, "ts": BASE_US + launch_ts,
+                 "dur": 5, "args": {"correlation": corr}},
+                {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 4242, "tid": 4242,
+                 "ts": BASE_US + launch_ts},
+                {"ph": "X", "cat": "kernel", "name": f"gemm_{corr}", "pid": 0, "tid": 7, "ts": BASE_US + kernel_ts,
+                 "dur": kernel_dur, "args": {"device": 0, "stream": 7, "correlation": corr}},
+                {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 0, "tid": 7, "ts": BASE_US + kernel_ts,
+                 "bp": "e"},
+            ]
+        if mirrors:
+            first, last = kernels[0][1], max(k + d for _l, k, d in kernels)
+            events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{number}", "pid": 0,
+                           "tid": 7, "ts": BASE_US + first, "dur": last - first,
+                           "args": {"External id": number, "device": 0, "stream": 7}})
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": device_name, "numSms": 108}],
+            **(top or {}), "traceEvents": events}
+
+
+def imported(doc: dict):
+    return import_bytes(json.dumps(doc).encode())
+
+
+def rows(trace, kinds: tuple[str, ...], columns: tuple[str, ...]) -> list[tuple]:
+    df = trace.to_pandas()
+    df = df[df.kind.isin(kinds)].sort_values(["ts", "name"], kind="stable")
+    return [tuple(None if v is None or v != v else v for v in r) for r in df[list(columns)].itertuples(index=False)]
+
+
+# ---------------------------------------------------------------- steps and their GPU mirrors
+def test_step_mirrors_on_the_gpu_are_device_annotations_not_steps():
+    trace = imported(pt2_trace(TWO_STEPS))
+    steps = Frames(trace).steps
+    assert list(zip(steps.name, steps.ts, steps.dur)) == [("ProfilerStep#1", 0, 100_000),
+                                                         ("ProfilerStep#2", 100_000, 100_000)]
+    # The mirrors stay on the device, as markers of their step (40-90 us and 140-190 us).
+    mirrors = rows(trace, ("marker",), ("name", "ts", "dur", "device", "stream", "step"))
+    assert mirrors == [("ProfilerStep#1", 40_000, 50_000, 0, 7, 1), ("ProfilerStep#2", 140_000, 50_000, 0, 7, 2)]
+    assert [r[0] for r in rows(trace, ("kernel",), ("step",))] == [1, 1, 2, 2]
+
+
+def test_complete_steps_cuts_at_the_last_host_step_not_at_a_mirror():
+    # Two steps: HTA's window keeps what the host did before ProfilerStep#2 (100 us) and the
+    # kernels it launched: step 1's two kernels. (Cut at the last mirror, 140 us, it kept all four.)
+    ops = Frames(imported(pt2_trace(TWO_STEPS)), window="complete_steps").device_ops
+    assert list(ops.name) == ["gemm_101", "gemm_102"]
+
+
+def test_one_step_trace_with_its_mirror_keeps_its_device_work():
+    # One step is no window to cut (the mirror made it two, and the cut at its start, 40 us,
+    # dropped the kernel launched at 50 us).
+    trace = imported(pt2_trace(ONE_STEP))
+    frames = Frames(trace, window="complete_steps")
+    assert list(frames.steps.name) == ["ProfilerStep#1"]
+    assert list(frames.device_ops.name) == ["gemm_101", "gemm_102"]
+
+
+def test_real_rocm_ddp_trace_has_three_steps_of_16_ms(real_traces):
+    trace = import_trace(real_traces / "kineto" / "mi300_resnet_ddp_rank0.json.gz")
+    steps = Frames(trace).steps
+    assert list(zip(steps.name, steps.dur)) == [("ProfilerStep#15", 16_798_984), ("ProfilerStep#16", 15_950_958),
+                                                ("ProfilerStep#17", 15_887_029)]
+    mirrors = rows(trace, ("marker",), ("name", "dur", "device", "stream", "step"))
+    assert [m for m in mirrors if str(m[0]).startswith("ProfilerStep#")] == [
+        ("ProfilerStep#15", 18_001, 2, 0, 15), ("ProfilerStep#16", 16_241, 2, 0, 16), ("ProfilerStep#17", 17_361, 2, 0, 17)]
+
+
+def test_real_rocm_ddp_report_says_three_steps(real_traces, tmp_path):
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, ["report", str(real_traces / "kineto" / "mi300_resnet_ddp_rank0.json.gz"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["summary"]["steps"] == 3
+    assert report["summary"]["step_time_ns_mean"] == pytest.approx((16_798_984 + 15_950_958 + 15_887_029) / 3)
+    assert report["platform"] == "rocm"
+
+
+def test_real_rocm_mi250_trace_has_its_two_steps(real_traces):
+    steps = Frames(import_trace(real_traces / "kineto" / "amd_mi250_rocm.json.gz")).steps
+    assert list(zip(steps.name, steps.dur)) == [("ProfilerStep#1", 9_288_291), ("ProfilerStep#2", 49_073)]
+
+
