@@ -15,12 +15,14 @@ files with the standard library.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from analyzers.frames import Frames
+from analyzers.streams import copy_bandwidth
 from msprof_py.cli import app
 from msprof_py.trace import import_bytes, import_trace
 
@@ -126,5 +128,80 @@ def test_real_rocm_ddp_report_says_three_steps(real_traces, tmp_path):
 def test_real_rocm_mi250_trace_has_its_two_steps(real_traces):
     steps = Frames(import_trace(real_traces / "kineto" / "amd_mi250_rocm.json.gz")).steps
     assert list(zip(steps.name, steps.dur)) == [("ProfilerStep#1", 9_288_291), ("ProfilerStep#2", 49_073)]
+
+
+# ---------------------------------------------------------------- PyTorch 1.8: the first layout
+def test_pytorch_18_bare_array_imports_as_kineto():
+    trace = import_trace(PT18)
+    assert trace.meta.source_format == "kineto"
+    assert Counter(trace.table.column("kind").to_pylist()) == {
+        "meta": 2, "step": 2, "api": 7, "launch": 7, "sync": 2, "kernel": 3, "memcpy": 3, "memset": 1, "flow": 14,
+        "marker": 2}
+
+
+def test_pytorch_18_device_work_has_stream_device_correlation_and_bytes():
+    trace = import_trace(PT18)
+    got = rows(trace, ("kernel", "memcpy", "memset"), ("kind", "ts", "dur", "device", "stream", "corr", "bytes", "step"))
+    assert got == [
+        ("kernel", 100_000, 150_000, 0, 7, 101, None, 1),
+        ("kernel", 400_000, 8_000, 0, 7, 102, None, 1),
+        ("memcpy", 530_000, 40_000, 0, 7, 103, 1_048_576, 1),
+        ("memset", 680_000, 2_000, 0, 7, 105, 4_096, 1),
+        ("memcpy", 750_000, 8_000, 0, 7, 106, 2_097_152, 1),  # a peer copy: its device is the event's pid
+        ("kernel", 1_050_000, 5_000, 0, 7, 107, None, 2),
+        ("memcpy", 1_130_000, 20_000, 0, 7, 108, 1_048_576, 2),
+    ]
+    # Kernels: blocks (the grid's product) and the SMs their "blocks per SM" imply (64 / 0.8).
+    assert rows(trace, ("kernel",), ("value", "addr")) == [(64.0, 80), (1024.0, 80), (256.0, 80)]
+
+
+def test_pytorch_18_runtime_calls_are_launches_and_syncs_operators_host_ops():
+    trace = import_trace(PT18)
+    assert rows(trace, ("launch", "sync"), ("name", "kind", "corr", "step")) == [
+        ("cudaLaunchKernel", "launch", 101, 1), ("cudaLaunchKernel", "launch", 102, 1),
+        ("cudaMemcpyAsync", "launch", 103, 1), ("cudaStreamSynchronize", "sync", 104, 1),
+        ("cudaMemsetAsync", "launch", 105, 1), ("cudaMemcpyAsync", "launch", 106, 1),
+        ("cudaLaunchKernel", "launch", 107, 2), ("cudaMemcpyAsync", "launch", 108, 2),
+        ("cudaStreamSynchronize", "sync", 109, 2)]
+    assert [r[0] for r in rows(trace, ("api",), ("name",))] == [
+        "aten::conv2d", "aten::add_", "aten::copy_", "aten::zero_", "aten::copy_", "aten::relu", "aten::copy_"]
+    # The launch flows ("async" / "launch" then) carry the correlation id they stand for.
+    assert sorted(r[0] for r in rows(trace, ("flow",), ("corr",))) == sorted(2 * [101, 102, 103, 105, 106, 107, 108])
+    steps = Frames(trace).steps
+    assert list(zip(steps.name, steps.ts, steps.dur)) == [("ProfilerStep#1", 0, 1_000_000),
+                                                         ("ProfilerStep#2", 1_000_000, 400_000)]
+    assert Frames(trace).platform == "cuda"
+
+
+def test_pytorch_18_copy_rates_are_the_profilers_own():
+    copies = copy_bandwidth(Frames(import_trace(PT18)))
+    assert list(zip(copies.kind, copies.gbps)) == [
+        ("Memcpy HtoD", 25.954851485148517), ("Memset", 2.56), ("Memcpy PtoP", 255.75024390243902),
+        ("Memcpy DtoH", 51.653990147783254)]
+
+
+def test_pytorch_18_info_lists_its_device_work():
+    result = runner.invoke(app, ["info", str(PT18), "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["source_format"] == "kineto"
+    assert {k: info["kinds"][k] for k in ("kernel", "memcpy", "memset", "launch")} == {
+        "kernel": 3, "memcpy": 3, "memset": 1, "launch": 7}
+    assert info["streams"] == [{"rank": 0, "device": 0, "streams": [7]}]
+
+
+def test_pytorch_18_truncated_file_is_a_one_line_error(tmp_path):
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(PT18.read_bytes()[:3000])
+    result = runner.invoke(app, ["info", str(cut)])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "truncated" in result.output
+
+
+def test_a_lone_kernel_category_is_not_read_as_the_first_kineto_layout():
+    # "Kernel" alone is a common word another tool may use; the first layout wrote it beside
+    # Operator / Runtime host events.
+    doc = [{"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": 1, "ts": 1, "dur": 2}]
+    assert import_bytes(json.dumps(doc).encode()).meta.source_format == "chrome"
 
 

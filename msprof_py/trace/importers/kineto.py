@@ -31,7 +31,7 @@ from msprof_py.trace.raw import RawEvents
 FORMAT = "kineto"
 
 #: Host runtime / driver calls: the calls that put work on a device, wait for it, or manage it.
-#: ("Runtime" is what older ROCm builds of Kineto wrote.)
+#: ("Runtime" is what the first layout and older ROCm builds of Kineto wrote.)
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "mtia_runtime", "glow_runtime", "hpu_op", "xpu_runtime",
                 "xpu_driver", "privateuse1_runtime", "privateuse1_driver", "Runtime")
 #: Any other category named like a runtime or a driver is one too: a new backend's plugin.
@@ -42,15 +42,24 @@ DEVICE_CATS: dict[str, str | None] = {
     "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "mtia_ccp_events": None,
     "collective_comm": "collective", "cuda_sync": "sync", "xpu_sync": "sync",
     "gpu_user_annotation": "marker", "cuda_event": "marker", "mtia_insight": "marker",
+    # The first layout's (see LEGACY_DEVICE_CATS).
+    "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset",
 }
 #: Host activity that is not a runtime call: CPU ops, annotations, Python frames ("Operator":
-#: older ROCm builds) are api; the rest (instants, profiler overhead and ranges, counters,
-#: the profiler's own spans) stay markers.
+#: the first layout and older ROCm builds) are api; the rest (instants, profiler overhead and
+#: ranges, counters, the profiler's own spans) stay markers.
 HOST_API_CATS = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event", "Operator")
 HOST_MARKER_CATS = ("external_correlation", "overhead", "cuda_profiler_range", "xpu_scope_profiler",
                     "mtia_counters", "Trace", "ac2g", "fwdbwd", "async_task")
-#: Every category libkineto writes (ActivityType names), for format detection.
-KINETO_CATS = frozenset((*RUNTIME_CATS, *DEVICE_CATS, *HOST_API_CATS, *HOST_MARKER_CATS)) - {"Trace", "Runtime", "Operator"}
+#: The first layout (PyTorch 1.8): a bare JSON array, no schemaVersion nor deviceProperties,
+#: host calls as "Operator" and "Runtime", device work as "Kernel", "Memcpy", "Memset" with
+#: tid "stream N" and the same args as later (device, stream, correlation, bytes).
+LEGACY_DEVICE_CATS = ("Kernel", "Memcpy", "Memset")
+LEGACY_HOST_CATS = ("Operator", "Runtime")
+#: Every category libkineto writes (ActivityType names), for format detection; the capitalised
+#: ones of the first layout are common words, so they count only together (see looks_like).
+KINETO_CATS = (frozenset((*RUNTIME_CATS, *DEVICE_CATS, *HOST_API_CATS, *HOST_MARKER_CATS))
+               - {"Trace", *LEGACY_DEVICE_CATS, *LEGACY_HOST_CATS})
 
 _COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
 #: Generic device events whose name says they move or fill memory (MTIA DMA, "Memcpy ...").
@@ -68,11 +77,17 @@ _WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 
 def looks_like(raw: RawEvents) -> bool:
-    """Kineto writes deviceProperties / distributedInfo / schemaVersion and its own categories."""
+    """Kineto writes deviceProperties / distributedInfo / schemaVersion and its own categories;
+    its first layout, device work ("Kernel", "Memcpy", "Memset") beside host calls ("Operator",
+    "Runtime")."""
     if {"deviceProperties", "distributedInfo", "schemaVersion"} & raw.top.keys():
         return True
     cats = set(raw.cat.slice(0, 5000).to_pylist())
-    return bool(cats & KINETO_CATS)
+    if cats & KINETO_CATS:
+        return True
+    # The first layout wrote the host's events before the device's: look at every category.
+    every = set(raw.encoded("cat").dictionary.to_pylist())
+    return bool(every & set(LEGACY_DEVICE_CATS)) and bool(every & set(LEGACY_HOST_CATS))
 
 
 def rank_of(top: dict[str, Any]) -> tuple[int, int | None]:
@@ -106,8 +121,9 @@ def derive(raw: RawEvents) -> Typed:
     t.set("corr", linked, flows.fill(linked, pa.array(corr[linked], mask=~ok[linked]), "f"))
     t.set("bytes", dev, dargs["bytes"])
     # Kineto computes a copy's bandwidth from its exact duration; the event's `dur` may be
-    # rounded to microseconds, so keep the profiler's figure as the row's value.
-    copies = dev[raw.is_in("cat", ("gpu_memcpy", "gpu_memset"))[dev]]
+    # rounded to microseconds, so keep the profiler's figure as the row's value (every copy and
+    # fill, whatever its category: gpu_memcpy, the first layout's Memcpy, a plugin's DMA).
+    copies = dev[np.isin(t.kind.codes[dev], (CODE["memcpy"], CODE["memset"]))]
     t.set("value", copies, common.float_args(raw, copies, "memory bandwidth (GB/s)"))
 
     rt = np.flatnonzero(is_x & raw.is_in("cat", tuple(runtime_cats)))
@@ -119,7 +135,9 @@ def derive(raw: RawEvents) -> Typed:
     t.kind[rt] = _runtime_kinds(raw, t, rt, rt_corr)
     _event_links(raw, t, dev, rt)
 
-    ac2g = np.flatnonzero((t.kind == "flow") & raw.is_in("cat", ("ac2g",)))
+    # The first layout drew the same flows as cat "async", name "launch".
+    ac2g = np.flatnonzero((t.kind == "flow") & (raw.is_in("cat", ("ac2g",))
+                                                | (raw.is_in("cat", ("async",)) & raw.is_in("name", ("launch",)))))
     t.set("corr", ac2g, common.flow_ids_as_int(raw, ac2g))
     _kernel_shape(raw, t, dev, rt, grids)
 
