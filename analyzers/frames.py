@@ -6,6 +6,8 @@ work the same on emulated and imported traces.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -14,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msprof_py.trace.importers.kineto import ROCM_KEYS
 from msprof_py.trace.schema import Trace
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
@@ -161,8 +164,16 @@ class Frames:
     @cached_property
     def platform(self) -> str:
         """What the trace ran on: "ascend" (emulator, msprof, torch_npu), "cuda", "rocm", or
-        "unknown", from the trace's source format and device properties."""
-        return platform_of(self.trace.meta)
+        "unknown", from the trace's source format, device properties, profiler versions and
+        runtime calls."""
+        return platform_of(self.trace.meta, self._runtime_call_names())
+
+    def _runtime_call_names(self) -> list[str]:
+        """The distinct names of the host's runtime calls (kinds launch, sync, wait)."""
+        mask = self.kind_mask(("launch", "sync", "wait"))
+        if not mask.any():
+            return []
+        return pc.unique(self.table.column("name").filter(pa.array(mask))).to_pylist()
 
     @cached_property
     def span(self) -> tuple[int, int]:
@@ -175,13 +186,22 @@ class Frames:
         return int(ts.min()), int((ts + dur).max())
 
 
-def platform_of(meta) -> str:
-    """"ascend", "cuda", "rocm" or "unknown" for a TraceMeta (see Frames.platform)."""
+#: A HIP runtime call (hipLaunchKernel, hipMemcpyAsync, hipStreamSynchronize, ...).
+_HIP_CALL = re.compile(r"^hip[A-Z]")
+
+
+def platform_of(meta, runtime_calls: Iterable[str] = ()) -> str:
+    """"ascend", "cuda", "rocm" or "unknown" for a TraceMeta and the names of the trace's host
+    runtime calls (see Frames.platform). ROCm: AMD device names, or, where a build writes the
+    names empty, the roctracer / HIP versions Kineto writes on ROCm or HIP runtime calls."""
     if meta.source_format in ("emulator", "ascend") or (meta.extra or {}).get("preset"):
         return "ascend"
-    props = (meta.source_meta or {}).get("deviceProperties")
+    top = meta.source_meta or {}
+    props = top.get("deviceProperties")
     names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict)) if isinstance(props, list) else ""
     if any(w in names for w in ("AMD", "Radeon", "Instinct", "MI2", "MI3")):
+        return "rocm"
+    if ROCM_KEYS & top.keys() or any(_HIP_CALL.match(n) for n in runtime_calls if isinstance(n, str)):
         return "rocm"
     if names or meta.source_format == "kineto":
         return "cuda"  # Kineto traces come from GPU jobs; without device names, CUDA is the common case

@@ -205,3 +205,31 @@ def test_a_lone_kernel_category_is_not_read_as_the_first_kineto_layout():
     assert import_bytes(json.dumps(doc).encode()).meta.source_format == "chrome"
 
 
+# ---------------------------------------------------------------- platform
+@pytest.mark.parametrize(("launch", "top", "platform"), [
+    ("hipLaunchKernel", {}, "rocm"),
+    ("cudaLaunchKernel", {"roctracer_version": 4.1, "hip_runtime_version": 60242134}, "rocm"),
+    ("cudaLaunchKernel", {}, "cuda"),
+])
+def test_platform_with_empty_device_names(launch, top, platform):
+    trace = imported(pt2_trace(ONE_STEP, device_name="", launch=launch, top=top))
+    assert Frames(trace).platform == platform
+
+
+def test_rocm_trace_with_empty_device_names_gets_rocm_wording(tmp_path):
+    src = tmp_path / "rocm.json"
+    src.write_text(json.dumps(pt2_trace(TWO_STEPS, device_name="", launch="hipLaunchKernel")))
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, ["report", str(src), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["platform"] == "rocm"
+
+
+@pytest.mark.parametrize(("name", "platform"), [
+    ("amd_mi250_rocm", "rocm"), ("mi300_resnet_ddp_rank0", "rocm"), ("sglang_qwen3_mi300", "rocm"),
+    ("nccl_2rank_rank0", "cuda"), ("tiny_base", "cuda"),
+])
+def test_real_trace_platform(real_traces, name, platform):
+    assert Frames(import_trace(real_traces / "kineto" / f"{name}.json.gz")).platform == platform
+
+

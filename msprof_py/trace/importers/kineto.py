@@ -152,7 +152,7 @@ def derive(raw: RawEvents) -> Typed:
 #: reads their global work size where hipModuleLaunchKernel has its grid.
 _WORK_ITEM_LAUNCHES = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
 #: Top-level keys only Kineto's ROCm builds write (besides HIP runtime call names).
-_ROCM_KEYS = {"roctracer_version", "hip_runtime_version", "hip_driver_version"}
+ROCM_KEYS = frozenset(("roctracer_version", "hip_runtime_version", "hip_driver_version"))
 #: "blocks per SM" is the grid's blocks / the device's SMs, a float32 that Kineto prints either
 #: exactly or with six decimals: it is off that quotient by at most half the sixth decimal plus
 #: float32 rounding.
@@ -225,7 +225,7 @@ def _kernel_shape(raw: RawEvents, t: Typed, dev: np.ndarray, rt: np.ndarray, gri
 
     corr, corr_ok = t.get("corr")
     rt_names = common.distinct(raw.take("name", rt))
-    rocm = bool(matches(rt_names, r"^hip", ignore_case=False).any()) or bool(_ROCM_KEYS & raw.top.keys())
+    rocm = bool(matches(rt_names, r"^hip", ignore_case=False).any()) or bool(ROCM_KEYS & raw.top.keys())
     blocks = np.where(has_grid, grid_blocks, np.nan)
     if rocm:
         launched = rt[corr_ok[rt]]
