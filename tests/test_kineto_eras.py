@@ -14,14 +14,17 @@ files with the standard library.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from analyzers.frames import Frames
+from analyzers.memcpy import bandwidth_summary
 from analyzers.streams import copy_bandwidth
 from msprof_py.cli import app
 from msprof_py.trace import import_bytes, import_trace
@@ -233,3 +236,40 @@ def test_real_trace_platform(real_traces, name, platform):
     assert Frames(import_trace(real_traces / "kineto" / f"{name}.json.gz")).platform == platform
 
 
+# ---------------------------------------------------------------- copy rates from rounded durations
+def _args_rates(path: Path) -> dict[str, list[float]]:
+    """Copy kind -> the producer's own rates of its copies, from the raw file."""
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    out: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") in ("gpu_memcpy", "gpu_memset") and "memory bandwidth (GB/s)" in e.get("args", {}):
+            kind = "Memset" if e["cat"] == "gpu_memset" else " ".join(e["name"].split()[:2])
+            out.setdefault(kind, []).append(e["args"]["memory bandwidth (GB/s)"])
+    return out
+
+
+@pytest.mark.parametrize("name", ["queue_16rank_rank0", "dlrm_8rank/worker3_step_12.1694128201557.pt.trace"])
+def test_copy_rates_on_whole_microsecond_traces_are_the_profilers(real_traces, name):
+    path = real_traces / "kineto" / f"{name}.json.gz"
+    copies = copy_bandwidth(Frames(import_trace(path)))
+    want = _args_rates(path)
+    got = {k: sorted(g) for k, g in copies.groupby("kind")["gbps"]}
+    assert got == {k: sorted(v) for k, v in want.items()}
+    # bytes / the rounded duration would say otherwise (memsets of queue_16rank: 0.583 GB/s on average).
+    rounded = (copies["bytes"] / np.maximum(copies["end"] - copies["ts"], 1)).groupby(copies["kind"]).mean()
+    for kind, rates in want.items():
+        assert copies[copies.kind == kind]["gbps"].mean() == pytest.approx(np.mean(rates), rel=1e-12)
+        assert rounded[kind] != pytest.approx(np.mean(rates), rel=1e-3)
+
+
+def test_memset_rate_of_queue_16rank_is_the_traces_and_htas(real_traces):
+    path = real_traces / "kineto" / "queue_16rank_rank0.json.gz"
+    copies = copy_bandwidth(Frames(import_trace(path)))
+    memsets = copies[copies.kind == "Memset"]
+    assert len(memsets) == 277
+    assert memsets["gbps"].mean() == pytest.approx(0.43736477035458615, rel=1e-12)  # the args' mean
+    # HTA's memory bandwidth summary in its window (get_memory_bw_summary): Memset mean 0.410212 GB/s over 200 samples.
+    hta_window = bandwidth_summary(copy_bandwidth(Frames(import_trace(path), window="complete_steps")))
+    row = hta_window[hta_window.kind == "Memset"].iloc[0]
+    assert (row["count"], round(row["gbps_mean"], 6)) == (200, 0.410212)
