@@ -29,7 +29,7 @@ REMEDY_FOR: dict[str, str] = {
     "BUBBLE_HOST_LAUNCH": "launch",
     "LAUNCH_BOUND": "launch",
     "BUBBLE_SYNC": "sync",
-    "SYNC_STALL": "sync",
+    "SYNC_STALL": "pipeline",
     "BUBBLE_DATA": "data",
     "BUBBLE_OP_COMPILE": "compile",
     "BUBBLE_BLOCKING_COPY": "pinned",

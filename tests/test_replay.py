@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analyzers import Frames
-from analyzers.causality.replay import Remedy, replay
+from analyzers.causality.replay import REMEDY_DOCS, Remedy, replay
 from msprof_py.trace import read_trace
 from msprof_py.trace.importers import import_trace
 from msprof_py.trace.schema import COLUMN_NAMES, TraceMeta, build_table
@@ -163,7 +163,7 @@ def test_cli_replays_writes_the_retimed_trace_and_prints_the_saving(tmp_path):
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("bogus", "unknown remedy 'bogus': choose one of launch, data, sync, compile, pinned, copy, queue, straggler, link, spread"),
+    ("bogus", "unknown remedy 'bogus': choose one of " + ", ".join(REMEDY_DOCS)),
     ("straggler@x", "remedy 'straggler@x': after @ give ranks as integers, e.g. straggler@3 or straggler@0,2"),
     ("sync=3", "remedy 'sync' takes no argument (got 'sync=3')"),
     ("launch=x", "remedy 'launch=x': the argument must be an integer (ns)"),

@@ -45,7 +45,7 @@ def _evidence(frames: Frames, name: str) -> int:
         return sum(int(np.clip((c["end"] - c["ts"])[c["klass"] == klass] - 2_000, 0, None).sum()) for c in calls)
     if name == "data":
         return sum(dur(c, c["klass"].isin(("data_load", "host_work"))) for c in calls)
-    if name == "sync":
+    if name in ("sync", "pipeline"):
         return sum(dur(c, c["klass"] == "sync") for c in calls)
     if name == "pinned":
         return sum(dur(c, c["klass"] == "blocking_copy") for c in calls)

@@ -47,7 +47,8 @@ REMEDY_DOCS = {
             "thread that prepares each batch as soon as it finished the one before (one batch ahead); "
             "the host's next call waits for its batch and for the host, no longer for the loading itself",
     "sync": "defer synchronizes to the end of the step: every synchronize call but the last of its thread "
-            "in each step costs nothing and no longer waits for the device",
+            "in each step costs nothing and no longer waits for the device; one that waited for a copy of "
+            "results to the host stays (the host reads them)",
     "compile": "cache compiled operators: an operator-compile call costs at most a launch (ARG ns, default 2000) "
                "and its task's launch delay shrinks by what the call saved",
     "pinned": "copy from pinned memory: a blocking copy call returns once it issued the copy (its own cost, at "
@@ -57,7 +58,12 @@ REMEDY_DOCS = {
             "first kernel after the copy two back (the reader of the buffer it overwrites) ran, no longer after "
             "its launch call or the task before it; what came after it on its stream still waits for it, and a "
             "synchronize no longer waits for it (an event orders its reader); a device-to-host copy of results "
-            "goes out on a stream of its own (after the kernels before it; the next task no longer waits for it)",
+            "goes out on a stream of its own (after the kernels before it; the next task no longer waits for it); "
+            "only copies the device's kernels sat idle through are moved; and the host waits for the batch "
+            "before on those streams, not the one it just queued (as `pipeline`)",
+    "pipeline": "wait for the batch before: a synchronize that waited for work queued since the thread's "
+                "synchronize before it waits for what that one waited for instead (one that already waits for an "
+                "older batch keeps its wait; the thread's last keeps everything)",
     "queue": "a deeper stream queue: a launch never blocks at a full queue (it returns at its own cost, at most "
              "5 us)",
     "straggler": "equalise a straggler: the rank's kernels (scope it with @RANK; default the rank with the most "
@@ -147,7 +153,10 @@ class Remedy:
         elif self.name in ("pinned", "queue"):
             _no_wait(jg, e, mine, "blocking_copy" if self.name == "pinned" else "queue", self.ranks)
         elif self.name == "copy":
-            _double_buffer(jg, e, self.ranks)
+            _double_buffer(frames, jg, e, self.ranks)
+        elif self.name == "pipeline":
+            _sync_one_behind(jg, e, _task_frame(jg, self.ranks)["end_node"].to_numpy()
+                             if jg.graphs else np.zeros(0, dtype=np.int64), self.ranks)
         elif self.name == "straggler":
             _equalise(jg, w, self.ranks)
         elif self.name == "link":
@@ -219,7 +228,30 @@ def _task_frame(jg: JobGraph, ranks) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
+def _copy_waited(frames: Frames, t: pd.DataFrame) -> np.ndarray:
+    """Per task of `t`: whether the device's kernels were idle while it ran (any attributed idle
+    overlaps it: the copy is not hidden under compute)."""
+    from analyzers.causality.attribution import attribution
+
+    idle = attribution(frames)
+    idle = idle[idle["idle_ns"] > 0]
+    out = np.zeros(len(t), dtype=bool)
+    if idle.empty:
+        return out
+    ts, end = t["ts"].to_numpy(np.int64), (t["ts"] + t["dur"]).to_numpy(np.int64)
+    for (r, d), g in idle.groupby(["rank", "device"]):
+        sel = np.flatnonzero((t["rank"].to_numpy() == r) & (t["device"].to_numpy() == d))
+        lo = np.sort(g["ts"].to_numpy(np.int64))
+        hi = g["end"].to_numpy(np.int64)[np.argsort(g["ts"].to_numpy(np.int64))]
+        hi = np.maximum.accumulate(hi)
+        # Some idle piece starts before the task ends and ends after it starts.
+        k = np.searchsorted(lo, end[sel], side="left") - 1
+        ok = k >= 0
+        out[sel[ok]] = hi[k[ok]] > ts[sel[ok]]
+    return out
+
+
+def _double_buffer(frames: Frames, jg: JobGraph, e: Edit, ranks) -> None:
     """Copies double-buffered (REMEDY_DOCS["copy"]): on a stream that runs kernels too, each
     host-to-device copy after the first is issued one batch ahead, on a copy stream of its own, and
     each device-to-host copy goes out on a stream of its own."""
@@ -236,11 +268,16 @@ def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
     is_in[mem] = kinds == "Memcpy HtoD"
     is_out[mem] = kinds == "Memcpy DtoH"
     is_kernel = (t["kind"] == "kernel").to_numpy()
+    # Only the copies the device waited for (its kernels idle while the copy ran): a copy already
+    # overlapped with compute is double-buffered already.
+    waited = _copy_waited(frames, t)
+    is_in &= waited
+    is_out &= waited
     # A copy that started late for no recorded reason, or a task that started late after it, keeps
     # that delay on the stream, so the hoist recovers the copy's own time, never the unexplained.
     unexplained = _Unexplained(jg, e)
     a = jg.arrays
-    starts, ends, src, dst, add_w, freed = [], [], [], [], [], []
+    starts, ends, src, dst, add_w, freed, lane_ends = [], [], [], [], [], [], []
 
     def edge(u: int, v: int, weight: int = 0) -> None:
         src.append(u)
@@ -257,6 +294,8 @@ def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
         out = np.flatnonzero(is_out[lane])
         hoisted = np.zeros(len(lane), dtype=bool)
         hoisted[pos[1:]] = True
+        if hoisted.any():
+            lane_ends.extend(end.tolist())
         for k in range(1, len(pos)):
             i = pos[k]
             starts.append(start[i])
@@ -306,7 +345,8 @@ def _double_buffer(jg: JobGraph, e: Edit, ranks) -> None:
     # The host no longer synchronizes on it: an event orders its reader after it.
     w = e.w[:len(a["etype"])]
     w[(a["etype"] == _SYNC) & (a["cause"] == "sync") & np.isin(a["src"], np.asarray(ends, dtype=np.int64))] = np.nan
-    _sync_one_behind(jg, e, t["end_node"].to_numpy(), ranks)
+    # With two buffers the host no longer waits for the batch it just queued on those streams.
+    _sync_one_behind(jg, e, np.asarray(lane_ends, dtype=np.int64), ranks)
     _add(e, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(add_w, dtype=np.int64))
 
 
@@ -338,9 +378,10 @@ class _Unexplained:
 
 
 def _sync_one_behind(jg: JobGraph, e: Edit, task_ends: np.ndarray, ranks) -> None:
-    """With two buffers the host waits for the batch before, not the one it just queued: each
-    synchronize of a thread that waited for tasks of `task_ends` waits for what the one before it
-    waited for instead (the thread's first waits for nothing, its last for everything)."""
+    """With two buffers the host waits for the batch before, not the one it just queued: a
+    synchronize that waited for tasks of `task_ends` launched since the thread's synchronize
+    before it (the batch it just queued) waits for what that one waited for instead; one that
+    already waited for an older batch keeps its wait, and the thread's last keeps everything."""
     a = jg.arrays
     w = e.w[:len(a["etype"])]
     calls = _host_nodes(jg, ("sync",), ranks)
@@ -349,17 +390,30 @@ def _sync_one_behind(jg: JobGraph, e: Edit, task_ends: np.ndarray, ranks) -> Non
     into = np.flatnonzero((a["etype"] == _SYNC) & (a["cause"] == "sync") & np.isin(a["src"], task_ends))
     if not len(into):
         return
+    # When each task's launch call began (none: never current).
+    launched = np.full(len(e.no_slack), np.iinfo(np.int64).max, dtype=np.int64)
+    for r, g in jg.graphs.items():
+        if not g.D:
+            continue
+        launch = g.tasks["launch"].to_numpy(np.int64)
+        j = np.flatnonzero(launch >= 0)
+        launched[jg.offsets[r] + 2 * g.H + g.D + j] = g.calls["ts"].to_numpy(np.int64)[launch[j]]
     waited = pd.DataFrame({"node": a["dst"][into], "src": a["src"][into], "k": into})
+    sources = waited.groupby("node")["src"].apply(np.asarray).to_dict()
+    edges = waited.groupby("node")["k"].apply(np.asarray).to_dict()
     src, dst = [], []
     for _, g in calls.sort_values("ts", kind="stable").groupby(["rank", "pid", "tid"], sort=False):
-        ends_ = [n for n in g["end_node"].tolist() if n in set(waited["node"].tolist())]
-        for before, me in zip([None, *ends_[:-2]], ends_[:-1]):
-            w[waited.loc[waited["node"] == me, "k"].to_numpy()] = np.nan
+        g = g[g["end_node"].isin(list(sources))]
+        nodes, ends_t = g["end_node"].tolist(), g["end"].tolist()
+        for i, me in enumerate(nodes[:-1]):
+            since = ends_t[i - 1] if i else np.iinfo(np.int64).min
+            if not (launched[sources[me]] >= since).any() or (launched[sources[me]] == np.iinfo(np.int64).max).all():
+                continue  # it already waits for an older batch
+            w[edges[me]] = np.nan
             e.no_slack[me] = True
-            if before is not None:
-                got = waited.loc[waited["node"] == before, "src"].to_numpy()
-                src.append(got)
-                dst.append(np.full(len(got), me, dtype=np.int64))
+            if i:
+                src.append(sources[nodes[i - 1]])
+                dst.append(np.full(len(sources[nodes[i - 1]]), me, dtype=np.int64))
     if src:
         _add(e, np.concatenate(src), np.concatenate(dst))
 
@@ -527,6 +581,16 @@ def _defer_syncs(frames: Frames, jg: JobGraph, e: Edit, ranks=None) -> None:
         calls.loc[sel, "step"] = np.searchsorted(bounds, calls.loc[sel, "ts"].to_numpy(np.int64), side="right")
     last = calls.sort_values("ts", kind="stable").groupby(["rank", "pid", "tid", "step"]).tail(1).index
     gone = calls.drop(index=last)
+    # A synchronize that waited for a copy of results to the host is the host reading them: the
+    # program uses what it copied, so it stays.
+    from analyzers.streams import copy_kind
+
+    t = _task_frame(jg, ranks)
+    if not t.empty:
+        mem = t[(t["kind"] == "memcpy").to_numpy()]
+        out = mem["end_node"].to_numpy()[(copy_kind(mem) == "Memcpy DtoH").to_numpy()]
+        reads = a["dst"][(a["etype"] == _SYNC) & np.isin(a["src"], out)]
+        gone = gone[~gone["end_node"].isin(reads).to_numpy()]
     w = e.w[:len(a["etype"])]
     w[(a["etype"] == _OP) & np.isin(a["what"], gone["label"].to_numpy())] = 0
     w[(a["etype"] == _SYNC) & np.isin(a["dst"], gone["end_node"].to_numpy())] = np.nan
