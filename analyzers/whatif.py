@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from analyzers.causality.replay import Remedy, ReplayResult, replay
 from analyzers.finding import Finding
 from analyzers.frames import Frames
@@ -63,8 +65,6 @@ def predict(frames: Frames, findings: list[Finding]) -> dict[str, dict[str, Any]
     trace (window "all")."""
     if frames.window != "all":
         frames = Frames(frames.trace)
-    import numpy as np
-
     all_ranks = {int(r) for r in np.unique(frames.table.column("rank").to_numpy())}
     ranks_of_code: dict[str, set[int]] = {}
     for f in findings:

@@ -35,8 +35,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzers.causality.attribution import attribution
+from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
 from analyzers.frames import Frames
+from analyzers.streams import copy_kind
 from msprof_py.trace.schema import Trace
 
 #: The remedies, each a documented edit of the graph (`Remedy.edit`), by the name the CLI takes.
@@ -231,8 +234,6 @@ def _task_frame(jg: JobGraph, ranks) -> pd.DataFrame:
 def _copy_waited(frames: Frames, t: pd.DataFrame) -> np.ndarray:
     """Per task of `t`: whether the device's kernels were idle while it ran (any attributed idle
     overlaps it: the copy is not hidden under compute)."""
-    from analyzers.causality.attribution import attribution
-
     idle = attribution(frames)
     idle = idle[idle["idle_ns"] > 0]
     out = np.zeros(len(t), dtype=bool)
@@ -255,8 +256,6 @@ def _double_buffer(frames: Frames, jg: JobGraph, e: Edit, ranks) -> None:
     """Copies double-buffered (REMEDY_DOCS["copy"]): on a stream that runs kernels too, each
     host-to-device copy after the first is issued one batch ahead, on a copy stream of its own, and
     each device-to-host copy goes out on a stream of its own."""
-    from analyzers.streams import copy_kind
-
     t = _task_frame(jg, ranks)
     if t.empty:
         return
@@ -444,8 +443,6 @@ def _nominal_links(frames: Frames, jg: JobGraph, w: np.ndarray, ranks) -> None:
     rank during which the link moved data (its counter above 0) takes best / nominal of that time,
     and every part of the same collective on the other ranks saves as much (they move in step)."""
     from analyzers import links
-    from analyzers.causality.collectives import parts as collective_parts
-
     s = links.summarize(frames)
     slow = [x for _, x in s["links"] if x["busy"] > 0 and x["best"] < links.LinkConfig().slow_ratio * x["nominal"]]
     if ranks is not None:
@@ -583,8 +580,6 @@ def _defer_syncs(frames: Frames, jg: JobGraph, e: Edit, ranks=None) -> None:
     gone = calls.drop(index=last)
     # A synchronize that waited for a copy of results to the host is the host reading them: the
     # program uses what it copied, so it stays.
-    from analyzers.streams import copy_kind
-
     t = _task_frame(jg, ranks)
     if not t.empty:
         mem = t[(t["kind"] == "memcpy").to_numpy()]
@@ -661,8 +656,6 @@ def _releases(frames: Frames, jg: JobGraph) -> tuple[np.ndarray, np.ndarray, np.
     none = np.zeros(0, dtype=np.int64)
     if not jg.joined:
         return none, none, none
-    from analyzers.causality.collectives import parts as collective_parts
-
     p = collective_parts(frames)
     p = p[(p["ranks"] > 1) & p["rank"].isin(list(jg.graphs))]
     if p.empty:
