@@ -14,12 +14,10 @@ from analyzers.finding import Finding, Severity, Skipped, register
 from analyzers.frames import Cover, Frames, cover, intersect_intervals, merge_intervals, union_ns
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.severity import severity
-from analyzers.streams import copy_bandwidth
+from analyzers.streams import LINK_OF_KIND, copy_bandwidth
 from msprof_py.trace.units import ms, pct, sig
 
 MiB = 1 << 20
-#: The link a copy of each kind crosses on its device (per direction for PCIe).
-LINK_OF_KIND = {"Memcpy HtoD": "pcie_h2d", "Memcpy DtoH": "pcie_d2h", "Memcpy DtoD": "hbm", "Memset": "hbm"}
 
 
 @dataclass

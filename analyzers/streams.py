@@ -149,6 +149,10 @@ def queue_summary(series: pd.DataFrame) -> pd.DataFrame:
 COPY_NAMES = {"H2D": "Memcpy HtoD", "D2H": "Memcpy DtoH", "D2D": "Memcpy DtoD"}
 
 
+#: The link a copy of each kind crosses on its device (per direction for PCIe).
+LINK_OF_KIND = {"Memcpy HtoD": "pcie_h2d", "Memcpy DtoH": "pcie_d2h", "Memcpy DtoD": "hbm", "Memset": "hbm"}
+
+
 def copy_kind(ops: pd.DataFrame) -> pd.Series:
     """'Memcpy HtoD' / 'Memcpy DtoH' / 'Memcpy DtoD' / 'Memset' / 'Memcpy Unknown' per copy row."""
     # Labels are worked out once per distinct name, then spread to the rows by code.

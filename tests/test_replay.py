@@ -102,6 +102,46 @@ def test_data_remedy_moves_loading_to_a_loader_one_batch_ahead():
     assert (r.span_ns, r.new_span_ns, r.saving_ns) == (3820, 2600, 1220)
 
 
+def test_a_copys_work_is_its_recorded_time_divided_among_the_copies_on_its_link():
+    import numpy as np
+
+    from analyzers.causality.replay import _alone_ns
+
+    # Two copies over one whole interval: half each. Two half-overlapping: 50 alone + 50 / 2.
+    assert _alone_ns(np.array([0, 0]), np.array([200, 200])).tolist() == [100.0, 100.0]
+    assert _alone_ns(np.array([0, 50]), np.array([100, 150])).tolist() == [75.0, 75.0]
+    assert _alone_ns(np.array([0, 300]), np.array([100, 400])).tolist() == [100.0, 100.0]
+
+
+def _prefetch_beside_the_input_copy():
+    # The input copy (stream 1) and a prefetch (stream 3) cross the host-to-device link together
+    # from 1 us: 100 us of work each, so both end at 201 us. The kernel after the input copy on
+    # its stream (50 us) waits for it.
+    return table([
+        {"name": "launch", "kind": "launch", "ts": 0, "dur": 1_000, "corr": 1},
+        {"name": "launch", "kind": "launch", "tid": 2, "ts": 0, "dur": 1_000, "corr": 2},
+        {"name": "launch", "kind": "launch", "ts": 1_000, "dur": 1_000, "corr": 3},
+        {"name": "MEMCPY_ASYNC H2D", "kind": "memcpy", "pid": 9, "tid": 1, "ts": 1_000, "dur": 200_000, "corr": 1,
+         "device": 0, "stream": 1, "bytes": 1 << 20},
+        {"name": "MEMCPY_ASYNC H2D", "kind": "memcpy", "pid": 9, "tid": 3, "ts": 1_000, "dur": 200_000, "corr": 2,
+         "device": 0, "stream": 3, "bytes": 1 << 20},
+        {**kernel(201_000, 50_000, 3), "tid": 1, "stream": 1},
+    ])
+
+
+def test_stagger_gives_the_awaited_copy_the_link_and_the_link_times_both_copies():
+    trace = _prefetch_beside_the_input_copy()
+    assert replay(Frames(trace)).moved == 0  # the recorded sharing reproduces the recorded ends
+    r = replay(Frames(trace), [Remedy.parse("stagger")])
+    df = r.trace.table.to_pandas()
+    copies = df[df["kind"] == "memcpy"].sort_values("stream")
+    # The input copy alone: 1 -> 101 us; the prefetch after it, alone too: 101 -> 201 us; the
+    # kernel right after the input copy: 101 -> 151 us. Span 250 -> 200 us.
+    assert copies["ts"].tolist() == [1_000, 101_000] and copies["dur"].tolist() == [100_000, 100_000]
+    assert df.loc[df["kind"] == "kernel", "ts"].tolist() == [101_000]
+    assert (r.span_ns, r.new_span_ns, r.saving_ns) == (250_000, 200_000, 50_000)
+
+
 def test_sync_remedy_keeps_the_last_synchronize_of_each_thread_and_step():
     trace = _loading_steps()  # no steps: the run's last synchronize stays
     r = replay(Frames(trace), [Remedy.parse("sync")])

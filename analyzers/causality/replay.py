@@ -15,8 +15,17 @@ edited work moves and what did not stays. The saving is the span the replay take
 Device tasks keep their recorded duration unless a remedy changes it (a straggler's kernels, a
 slow link's collectives, an under-occupying kernel): a remedy changes a task's weight by what its
 evidence says (the other ranks' median, the link's nominal over its best rate, the cores left
-idle), and the tasks sharing the link or the cores keep their recorded durations (no resource
-model re-shares a link: the trace's own timing of the other tasks stands).
+idle).
+
+Copies share their link (`Links`): each device's host-to-device and device-to-host PCIe
+directions and its memory (device-to-device copies, memsets) are links, shared max-min fair as
+the emulator shares them (copies crossing one link at once each get an equal share). A copy's
+work is what it would take with the link to itself, read off the trace: its recorded time, each
+instant divided by the number of copies on its link then. The replay runs the same processor
+sharing forward: a copy that a remedy moves away from another leaves that one the whole link and
+both finish by their work, not by their recorded times. Without remedies the sharing is the
+recorded one and every copy ends as it did (a model end within `SNAP_NS` of the recorded duration
+is the recorded duration: float rounding, not a change).
 
 Every collective gets a release node, the latest of its parts' arrivals: a remedy that lets a
 rank arrive earlier releases its peers as soon as the next-to-last one arrived, not when the
@@ -27,7 +36,7 @@ A remedy may be scoped to ranks (`NAME@1,3`): it edits only what those ranks did
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +48,7 @@ from analyzers.causality.attribution import attribution
 from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
 from analyzers.frames import Frames
-from analyzers.streams import copy_kind
+from analyzers.streams import LINK_OF_KIND, copy_kind
 from msprof_py.trace.schema import Trace
 
 #: The remedies, each a documented edit of the graph (`Remedy.edit`), by the name the CLI takes.
@@ -76,6 +85,9 @@ REMEDY_DOCS = {
             "the release shrinks by best / nominal",
     "spread": "spread kernels over all cores: each kernel that left cores idle while alone on the device takes "
               "the time of filling them (UNDER_OCCUPANCY's saving)",
+    "stagger": "stagger transfers: a copy nothing waited for (no kernel or host call that followed it started "
+               "within 5 us of its end, e.g. a prefetch) that shared its link with a copy something did wait for "
+               "starts after that copy ended, which then has the link to itself (the links' sharing times both)",
 }
 #: Remedies that take an argument (ns).
 TAKES_ARG = ("launch", "compile")
@@ -84,6 +96,8 @@ TAKES_ARG = ("launch", "compile")
 ASYNC_CALL_NS = 5_000
 #: A fused or graph-captured launch's cost (ns): what one kernel of a captured graph costs the host.
 LAUNCH_FLOOR_NS = 2_000
+#: A shared copy's model end this close to its start + its (edited) duration is that: rounding.
+SNAP_NS = 2
 
 
 @dataclass
@@ -166,6 +180,8 @@ class Remedy:
             _nominal_links(frames, jg, w, self.ranks)
         elif self.name == "spread":
             _spread(frames, jg, w, mine)
+        elif self.name == "stagger":
+            _stagger(jg, e, self.ranks)
 
 
 def _cheapen_launches(jg: JobGraph, e: Edit, w: np.ndarray, mine: np.ndarray, cause_name: str, floor: int) -> None:
@@ -509,6 +525,49 @@ def _spread(frames: Frames, jg: JobGraph, w: np.ndarray, mine: np.ndarray) -> No
     w[sel] = np.clip(w[sel] - saving.reindex(a["what"][sel]).to_numpy(), 1, None)
 
 
+#: A kernel or host call that started within this of a copy's end (after an edge from it) waited
+#: for the copy: the device's turnaround (analyzers.causality.contention.TURNAROUND_NS).
+AWAITED_NS = 5_000
+
+
+def _stagger(jg: JobGraph, e: Edit, ranks) -> None:
+    """Background copies yield their link to awaited ones (REMEDY_DOCS["stagger"])."""
+    t = _task_frame(jg, ranks)
+    if t.empty:
+        return
+    t = t.assign(link=copy_kind(t).map(LINK_OF_KIND))
+    copies = t[t["kind"].isin(["memcpy", "memset"]).to_numpy() & t["link"].notna().to_numpy()]
+    if copies.empty:
+        return
+    # Awaited: an edge (stream order, an event, a synchronize, the graph's own) leads from its end
+    # to something other than a copy (a kernel, the host) that came within AWAITED_NS.
+    copy_start = np.zeros(len(jg.node_ts), dtype=bool)
+    copy_start[copies["start_node"].to_numpy(np.int64)] = True
+    src, dst = e.all_src, e.all_dst
+    ok = (dst < len(jg.node_ts)) & (src < len(jg.node_ts))
+    src, dst = src[ok], dst[ok]
+    tight = ~copy_start[dst] & (jg.node_ts[dst] - jg.node_ts[src] <= AWAITED_NS)
+    awaited = np.isin(copies["end_node"].to_numpy(np.int64), src[tight])
+    copies = copies.assign(awaited=awaited, end=copies["ts"] + copies["dur"])
+    froms, tos = [], []
+    for _, g in copies.groupby(["rank", "device", "link"], sort=False):
+        a, b = g[g["awaited"]].sort_values("ts"), g[~g["awaited"]]
+        if a.empty or b.empty:
+            continue
+        # Per background copy, the awaited copy on its link that started before it ended and
+        # ended last: if that one ended after the background copy started, they shared the link.
+        a_ts, a_end = a["ts"].to_numpy(np.int64), a["end"].to_numpy(np.int64)
+        best = np.maximum.accumulate(a_end)
+        which = np.maximum.accumulate(np.where(a_end == best, np.arange(len(a_end)), -1))
+        k = np.searchsorted(a_ts, b["end"].to_numpy(np.int64), "left") - 1
+        hit = (k >= 0)
+        hit[hit] = best[k[hit]] > b["ts"].to_numpy(np.int64)[hit]
+        froms.append(a["end_node"].to_numpy(np.int64)[which[k[hit]]])
+        tos.append(b["start_node"].to_numpy(np.int64)[hit])
+    if froms:
+        _add(e, np.concatenate(froms), np.concatenate(tos))
+
+
 def _host_nodes(jg: JobGraph, klasses: tuple[str, ...], ranks=None) -> pd.DataFrame:
     """The host calls of `klasses` (of `ranks`, None: every rank): rank, pid, tid, ts, end, start /
     end node, label."""
@@ -762,7 +821,7 @@ def replay(frames: Frames, remedies: tuple[Remedy, ...] | list[Remedy] = ()) -> 
     e = Edit(w0.astype(np.float64), none, none, none, np.zeros(len(node_ts), dtype=bool), src, dst)
     for r in remedies:
         r.edit(frames, jg, e)
-    new = retime(node_ts, src, dst, w0, e)[:n]
+    new = retime(node_ts, src, dst, w0, e, _links(jg, src, dst, e.w))[:n]
     # The run's span: first to last device task (all nodes where no task ran).
     dev = _task_nodes(jg)
     dev = dev if len(dev) else np.arange(n)
@@ -772,11 +831,71 @@ def replay(frames: Frames, remedies: tuple[Remedy, ...] | list[Remedy] = ()) -> 
     return ReplayResult(Trace(table, frames.trace.meta), span, new_span, int((new != jg.node_ts).sum()), remedies)
 
 
-def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray, e: Edit | None = None) -> np.ndarray:
+@dataclass
+class Links:
+    """Copies sharing links (see the module docstring): per copy its start and end node, its link
+    (an index), its work (ns with the link to itself, the edit's duration change applied) and the
+    edge that carries its duration (the replay's edges, the link stands in for it)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    link: np.ndarray
+    work: np.ndarray
+    edge: np.ndarray
+
+
+def _alone_ns(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per transfer of one link, [ts, end) as recorded: the time it would have taken alone, each
+    instant of it divided by the number of transfers on the link then (processor sharing)."""
+    times = np.concatenate([ts, end]).astype(np.float64)
+    delta = np.concatenate([np.ones(len(ts)), -np.ones(len(end))])
+    order = np.lexsort((delta, times))  # ends first at a tie: a copy that ended shares nothing
+    times, count = times[order], np.cumsum(delta[order])
+    share = np.where(count[:-1] > 0, 1.0 / np.maximum(count[:-1], 1.0), 0.0)
+    progress = np.concatenate([[0.0], np.cumsum(np.diff(times) * share)])
+    return progress[np.searchsorted(times, end, "left")] - progress[np.searchsorted(times, ts, "left")]
+
+
+def _links(jg: JobGraph, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> Links | None:
+    """The copies of the trace on their links (None: no copy crosses a link the model knows). A
+    copy whose duration edge a remedy dropped is left out: nothing times it."""
+    t = _task_frame(jg, None)
+    if t.empty:
+        return None
+    t = t[t["kind"].isin(["memcpy", "memset"]).to_numpy() & (t["dur"] > 0).to_numpy()]
+    if t.empty:
+        return None
+    link = copy_kind(t).map(LINK_OF_KIND)
+    t = t[link.notna().to_numpy()].assign(link=link[link.notna()])
+    m = len(jg.arrays["src"])
+    graph = pd.DataFrame({"start_node": src[:m], "end_node": dst[:m], "edge": np.arange(m)})
+    graph = graph[jg.arrays["etype"] == _OP]
+    t = t.merge(graph, on=["start_node", "end_node"], how="inner")
+    t = t[~np.isnan(w[t["edge"].to_numpy()])]
+    if t.empty:
+        return None
+    start, end = t["start_node"].to_numpy(np.int64), t["end_node"].to_numpy(np.int64)
+    key = pd.MultiIndex.from_frame(t[["rank", "device", "link"]])
+    code, _ = pd.factorize(key)
+    work = np.zeros(len(t), dtype=np.float64)
+    for k in range(int(code.max()) + 1):
+        sel = np.flatnonzero(code == k)
+        work[sel] = _alone_ns(jg.node_ts[start[sel]], jg.node_ts[end[sel]])
+    edge = t["edge"].to_numpy(np.int64)
+    recorded = (jg.node_ts[end] - jg.node_ts[start]).astype(np.float64)
+    # A remedy that changed a copy's duration (a straggler's, a link's) changes its work alike.
+    work = work * np.where(recorded > 0, w[edge] / np.maximum(recorded, 1.0), 1.0)
+    return Links(start, end, code.astype(np.int64), work, edge)
+
+
+def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray, e: Edit | None = None,
+           links: Links | None = None) -> np.ndarray:
     """New node times: each node at the latest of its predecessors' new time + new weight (`e`:
     the edit; an edge with a NaN weight is dropped, `e.src` -> `e.dst` added), plus its slack in
     the trace (its time minus the latest of its predecessors' time + weight; none for
-    `e.no_slack`); a node whose every edge was dropped keeps its time."""
+    `e.no_slack`); a node whose every edge was dropped keeps its time. A copy of `links` ends when
+    its link, shared with the copies on it at the time, has done its work (not at its start + its
+    duration edge's weight). Nodes are placed in time order (the links' sharing needs it)."""
     n = len(node_ts)
     if e is None:
         none = np.zeros(0, dtype=np.int64)
@@ -789,30 +908,53 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
         raise ValueError(f"the dependency graph puts {int((slack < 0).sum())} node(s) later than they ran")
     slack[e.no_slack] = 0
     keep = ~np.isnan(e.w)
-    src_k = np.concatenate([src[keep], e.src])
-    dst_k = np.concatenate([dst[keep], e.dst])
-    w_k = np.concatenate([e.w[keep].astype(np.int64), e.add_w])
+    # The links stand in for their copies' duration edges: out of the graph's edges.
+    shared = np.zeros(len(src), dtype=bool)
+    if links is not None:
+        shared[links.edge] = True
+    src_k = np.concatenate([src[keep & ~shared], e.src])
+    dst_k = np.concatenate([dst[keep & ~shared], e.dst])
+    w_k = np.concatenate([e.w[keep & ~shared].astype(np.int64), e.add_w])
     order = np.argsort(src_k, kind="stable")
     starts = np.searchsorted(src_k[order], np.arange(n + 1)).tolist()
     dst_o, w_o = dst_k[order].tolist(), w_k[order].tolist()
     # Every edge, dropped or added, orders its nodes.
-    src_all, dst_all = np.concatenate([src, e.src]), np.concatenate([dst, e.dst])
+    src_all, dst_all = np.concatenate([src[~shared], e.src]), np.concatenate([dst[~shared], e.dst])
     all_order = np.argsort(src_all, kind="stable")
     all_starts = np.searchsorted(src_all[all_order], np.arange(n + 1)).tolist()
     all_dst = dst_all[all_order].tolist()
-    indeg = np.bincount(dst_all, minlength=n).tolist()
+    indeg_a = np.bincount(dst_all, minlength=n)
+    sim = None
+    if links is not None and len(links.start):
+        np.add.at(indeg_a, links.end, 1)  # a copy's end also waits for its link
+        sim = _LinkSim(links, e.w[links.edge])
+    indeg = indeg_a.tolist()
     arrive: list[int | None] = [None] * n  # the latest new predecessor time + weight, over the kept edges
     out = node_ts.astype(np.int64).tolist()
     slack_l = slack.tolist()
-    ready = deque(np.flatnonzero(np.asarray(indeg) == 0).tolist())
+    heap = [(out[u], u, 0) for u in np.flatnonzero(indeg_a == 0).tolist()]
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     seen = 0
-    while ready:
-        u = ready.popleft()
+    while heap:
+        tu, u, version = pop(heap)
+        if u < 0:  # a link finished a copy (if nothing on it changed since)
+            done, nxt = sim.finish(-1 - u, tu, version)
+            if nxt is not None:
+                push(heap, nxt)
+            for v, t in done:
+                if arrive[v] is None or t > arrive[v]:
+                    arrive[v] = t
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    push(heap, (out[v] if arrive[v] is None else arrive[v] + slack_l[v], v, 0))
+            continue
         seen += 1
-        got = arrive[u]
-        if got is not None:
-            out[u] = got + slack_l[u]
-        tu = out[u]
+        out[u] = tu
+        if sim is not None and u in sim.of_start:
+            nxt = sim.start(sim.of_start[u], tu)
+            if nxt is not None:
+                push(heap, nxt)
         for k in range(starts[u], starts[u + 1]):
             v = dst_o[k]
             t = tu + w_o[k]
@@ -822,10 +964,67 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
             v = all_dst[k]
             indeg[v] -= 1
             if indeg[v] == 0:
-                ready.append(v)
+                push(heap, (out[v] if arrive[v] is None else arrive[v] + slack_l[v], v, 0))
     if seen != n:
         raise ValueError(f"the dependency graph has a cycle ({n - seen} nodes left)")
     return np.asarray(out, dtype=np.int64)
+
+
+class _LinkSim:
+    """The links of `Links` run forward: processor sharing by virtual time (each link's clock
+    advances at 1 / the copies on it; a copy is done when the clock passed its start + work).
+    Events go into the replay's heap as (time, -1 - link, version): an event whose version is not
+    the link's latest was overtaken by a copy that started meanwhile."""
+
+    def __init__(self, links: Links, dur: np.ndarray) -> None:
+        self.of_start = dict(zip(links.start.tolist(), range(len(links.start))))
+        self.end, self.link, self.work = links.end.tolist(), links.link.tolist(), links.work.tolist()
+        self.dur = dur.tolist()
+        nl = int(links.link.max()) + 1
+        self.clock, self.at, self.version = [0.0] * nl, [0.0] * nl, [0] * nl
+        self.active: list[list[tuple[float, int]]] = [[] for _ in range(nl)]
+        self.started = [0] * len(self.end)
+
+    def _advance(self, li: int, t: float) -> None:
+        t = max(t, self.at[li])
+        if self.active[li]:
+            self.clock[li] += (t - self.at[li]) / len(self.active[li])
+        self.at[li] = t
+
+    def _next(self, li: int) -> tuple[int, int, int] | None:
+        self.version[li] += 1
+        q = self.active[li]
+        if not q:
+            return None
+        t = self.at[li] + (q[0][0] - self.clock[li]) * len(q)
+        return (int(round(t)), -1 - li, self.version[li])
+
+    def start(self, i: int, t: int) -> tuple[int, int, int] | None:
+        """Copy `i` starts at `t`: the link's next event."""
+        li = self.link[i]
+        self._advance(li, t)
+        self.started[i] = t
+        heapq.heappush(self.active[li], (self.clock[li] + self.work[i], i))
+        return self._next(li)
+
+    def finish(self, li: int, t: int, version: int) -> tuple[list[tuple[int, int]], tuple[int, int, int] | None]:
+        """The link's event at `t`: (end node, time) of each copy it finished (none if stale) and the
+        link's next event."""
+        if version != self.version[li]:
+            return [], None
+        self._advance(li, t)
+        q = self.active[li]
+        head = q[0][0]
+        self.clock[li] = max(self.clock[li], head)
+        done = []
+        while q and q[0][0] <= head + 1e-6:
+            _, i = heapq.heappop(q)
+            end = t
+            by_duration = self.started[i] + self.dur[i]
+            if abs(end - by_duration) <= SNAP_NS:  # the recorded sharing: rounding, not a change
+                end = int(by_duration)
+            done.append((self.end[i], end))
+        return done, self._next(li)
 
 
 def _write(frames: Frames, jg: JobGraph, new: np.ndarray) -> pa.Table:
