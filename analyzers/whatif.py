@@ -40,6 +40,7 @@ REMEDY_FOR: dict[str, str] = {
     "SLOW_RANK": "straggler",
     "SLOW_LINK": "link",
     "UNDER_OCCUPANCY": "spread",
+    "BANDWIDTH_CONTENTION": "stagger",
 }
 
 
@@ -49,6 +50,8 @@ def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: 
     name = REMEDY_FOR.get(finding.code)
     if name is None:
         return None
+    if finding.code == "BANDWIDTH_CONTENTION" and finding.metric != "achieved_over_alone":
+        return None  # collectives slowed by copies: the replay's links carry copies only
     if name == "straggler":
         return Remedy(name, None, (int(finding.rank),)) if finding.rank is not None else Remedy(name)
     if name == "link":

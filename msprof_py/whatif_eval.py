@@ -106,6 +106,9 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
             out.append(Pair(f"{name} launch-bound seed {seed}", "launch at the 2 us floor", ("LAUNCH_BOUND",),
                             _scenario(name, ("launch-bound",), seed),
                             _scenario(name, ("launch-bound",), seed, preset={"launch_overhead_ns": 2_000})))
+            out.append(Pair(f"{name} bandwidth-contention seed {seed}", "switch off (no prefetch on the link)",
+                            ("BANDWIDTH_CONTENTION",), _scenario(name, ("bandwidth-contention",), seed),
+                            _scenario(name, (), seed)))
         out.append(Pair(f"yolo-pipeline triple_buffer=false seed {seed}", "triple_buffer=true",
                         ("BUBBLE_DATA", "BUBBLE_COPY"),
                         _scenario("yolo-pipeline", (), seed, {"triple_buffer": False}),
@@ -115,8 +118,8 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
             Pair("app sync_every_kernel", "no_sync_twin", ("BUBBLE_SYNC",), _app("sync_every_kernel"),
                  _app("no_sync_twin")),
             Pair("app serial_copy", "double_buffer", ("BUBBLE_COPY",), _app("serial_copy"), _app("double_buffer")),
-            Pair("app host_preprocess", "overlapped_preprocess", ("BUBBLE_DATA",), _app("host_preprocess"),
-                 _app("overlapped_preprocess")),
+            Pair("app host_preprocess", "overlapped_preprocess --convs 9", ("BUBBLE_DATA",), _app("host_preprocess"),
+                 _app("overlapped_preprocess", "--convs", "9")),
             Pair("app narrow_kernels", "wide_kernels", ("UNDER_OCCUPANCY",), _app("narrow_kernels"),
                  _app("wide_kernels")),
         ]

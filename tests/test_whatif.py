@@ -58,6 +58,8 @@ def _evidence(frames: Frames, name: str) -> int:
         return sum(dur(t, t["kind"] == "kernel") for t in tasks)
     if name == "link":
         return sum(dur(t, t["kind"] == "collective") for t in tasks)
+    if name == "stagger":  # the copies that shared a link sped up: never more than their own time
+        return sum(dur(t, t["kind"].isin(("memcpy", "memset"))) for t in tasks)
     raise AssertionError(name)
 
 
@@ -98,6 +100,7 @@ PASSING = [
     "llm-train-2server slow-link seed 0", "resnet50-infer serial-copies seed 0", "resnet50-infer launch-bound seed 0",
     "yolo-pipeline serial-copies seed 0", "yolo-pipeline queue-congestion seed 0", "yolo-pipeline launch-bound seed 0",
     "yolo-pipeline triple_buffer=false seed 0", "app sync_every_kernel", "app serial_copy", "app narrow_kernels",
+    "resnet50-infer bandwidth-contention seed 0", "yolo-pipeline bandwidth-contention seed 0", "app host_preprocess",
 ]
 
 
@@ -114,7 +117,7 @@ def test_the_prediction_from_the_problem_trace_is_within_10_percent_of_the_real_
 
 def test_the_pairs_cover_every_scenario_switch_with_a_mechanical_fix(seed0_pairs):
     assert sorted(seed0_pairs) == sorted([
-        *PASSING, "resnet50-infer queue-congestion seed 0", "app host_preprocess"])
+        *PASSING, "resnet50-infer queue-congestion seed 0"])
     # The remedies the real fixes are checked against, by pair.
     got = {p.label: p.codes for p in seed0_pairs.values()}
     assert got["yolo-pipeline triple_buffer=false seed 0"] == ("BUBBLE_DATA", "BUBBLE_COPY")

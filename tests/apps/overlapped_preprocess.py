@@ -5,7 +5,13 @@ The host decodes and resizes the next batch right after launching the current on
 into the other input buffer on a copy stream, and only then waits for the current batch's
 detections. The network is a little longer than the preprocessing, so the device never waits
 for the host after the first batch.
+
+`--convs 9` runs host_preprocess.py's own network (9 convolutions, shorter than the
+preprocessing): the same program with only the overlap changed, the real fix that the what-if
+evaluation (`msprof-py eval --what-if`) compares the data remedy's prediction with.
 """
+
+import argparse
 
 from runtime_emu import Kernel, acl
 
@@ -19,6 +25,9 @@ head = Kernel("DetectHead", block_ns=40_000, core="vector")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--convs", type=int, default=18, help="convolutions per batch (18: the healthy twin)")
+    convs = parser.parse_args().convs
     acl.init(seed=0)
     acl.rt.set_device(0)
     compute_s = acl.rt.create_stream()
@@ -40,7 +49,7 @@ def main() -> None:
     for i in range(STEPS):
         with acl.prof.step():
             acl.rt.stream_wait_event(compute_s, loaded[i % 2])
-            for _ in range(18):
+            for _ in range(convs):
                 acl.rt.launch_kernel(conv, 20, compute_s)
             acl.rt.launch_kernel(head, 40, compute_s)
             acl.rt.memcpy_async(host_out, OUT_BYTES, dev_out, OUT_BYTES, acl.ACL_MEMCPY_DEVICE_TO_HOST, compute_s)
