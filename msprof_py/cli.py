@@ -298,25 +298,48 @@ ProgressOpt = Annotated[Optional[bool], typer.Option(
     help="Show a progress bar on stderr (default: only for large inputs on a terminal).")]
 
 
-@app.command("import", short_help="Import a trace into the trace event table (Parquet).")
+@app.command("import", short_help="Import traces into the trace event table (Parquet).")
 def import_(
-    trace_path: TraceArg,
+    trace_paths: Annotated[list[Path], typer.Argument(
+        metavar="TRACE...", show_default=False,
+        help="Trace(s) to read: Chrome/Kineto/torch_npu JSON (.json, .json.gz), a torch_npu *_ascend_pt "
+             "folder, an msprof-py Parquet table or a PROF_* directory; several (one per rank, e.g. "
+             "rank0.json rank1.json), or a folder of them, make one job's table. Each trace's rank is read "
+             "from the trace itself.")],
     output: Annotated[Path, typer.Option(
         "-o", "--output", show_default=False,
         help="Where to write the table: OUT.parquet (one file) or a directory (rank=R/part-0.parquet).")],
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
-    """Import a trace into the msprof-py trace event table (Parquet)."""
+    """Import traces into the msprof-py trace event table (Parquet): one trace, or one job from
+    per-rank traces (two that hold the same rank are refused)."""
     from msprof_py import loading
     from msprof_py.trace import write_trace
 
     loading.check_table_output(output)
-    trace = _load(trace_path, lenient, progress)
-    write_trace(trace, output)
-    typer.echo(f"wrote {len(trace)} events to {output}")
+    inputs = [p for given in trace_paths for p in loading.trace_inputs(given)]
+    if len(inputs) == 1:
+        trace = _load(trace_paths[0], lenient, progress)
+        write_trace(trace, output)
+        typer.echo(f"wrote {len(trace)} events to {output}")
+        if lenient:
+            typer.echo(f"skipped {loading.skipped_events(trace)} malformed events")
+        return
+    # One input in memory at a time: each is imported and set aside, then the table assembled.
+    with loading.progress_reporter(sum(map(loading.input_bytes, inputs)), force=progress) as report:
+        job = loading.import_job(inputs, output, lenient=lenient, progress=report)
+    typer.echo(f"wrote {job.events} events of {len(job.ranks)} ranks ({_ranks_text(job.ranks)}) from "
+               f"{job.inputs} traces to {output}")
     if lenient:
-        typer.echo(f"skipped {loading.skipped_events(trace)} malformed events")
+        typer.echo(f"skipped {job.skipped} malformed events")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """0..7 for consecutive ranks, else the list."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}..{ranks[-1]}"
+    return ", ".join(map(str, ranks))
 
 
 @app.command("export", short_help='Export a trace to Chrome JSON (Perfetto, chrome://tracing).')

@@ -62,6 +62,54 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
         raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
 
 
+def write_pieces(pieces: list[tuple[Path, int, list[int]]], path: str | Path, meta: TraceMeta, *,
+                 partition_by_rank: bool | None = None) -> Path:
+    """Write one trace table at `path` (as write_trace lays it out, and as atomically) from trace
+    files written apart: `pieces` are (file, shift_ns, its ranks), each file sorted by rank and ts,
+    no rank in two of them. Every row's ts moves by its piece's shift (from the piece's own origin
+    to `meta`'s), and rows are copied a row group at a time: memory holds one row group, not the
+    table."""
+    path = Path(path)
+    if partition_by_rank is None:
+        partition_by_rank = path.suffix != ".parquet"
+    parent = parent_dir(path)
+    schema = arrow_schema(meta)
+    by_rank = sorted((rank, f, shift, len(ranks) > 1) for f, shift, ranks in pieces for rank in ranks)
+
+    def copy(writer: pq.ParquetWriter, rank: int, f: Path, shift: int, shared: bool) -> None:
+        pf = pq.ParquetFile(f)
+        for i in range(pf.num_row_groups):
+            group = pf.read_row_group(i).select(list(COLUMN_NAMES))
+            if shared:
+                group = group.filter(pc.equal(group.column("rank"), rank))
+            if shift:
+                ts = pc.add(group.column("ts"), pa.scalar(shift, pa.int64()))
+                group = group.set_column(group.schema.get_field_index("ts"), "ts", ts)
+            writer.write_table(group.cast(schema), row_group_size=ROW_GROUP_ROWS)
+
+    try:
+        if not partition_by_rank:
+            with atomic_file(path) as tmp:
+                with parquet_writer(tmp, schema) as writer:
+                    for rank, f, shift, shared in by_rank:
+                        copy(writer, rank, f, shift, shared)
+            return path
+        check_trace_directory(path)
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
+        try:
+            for rank, f, shift, shared in by_rank:
+                (tmpdir / f"rank={rank}").mkdir()
+                with parquet_writer(tmpdir / f"rank={rank}" / "part-0.parquet", schema) as writer:
+                    copy(writer, rank, f, shift, shared)
+            move_directory_into_place(tmpdir, path)
+        finally:
+            if tmpdir.exists():
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        return path
+    except PermissionError:
+        raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
+
+
 def check_appendable_file(path: Path, world_size: int) -> None:
     """Refuse to append a multi-rank trace to one file as it is recorded: a file is sorted by
     (rank, ts), and rows arriving in time order only keep that order for one rank."""
