@@ -372,7 +372,8 @@ def info(
     lenient: LenientOpt = False,
     progress: ProgressOpt = None,
 ) -> None:
-    """Summarize a trace: span, ranks, devices, streams, events per kind, top time consumers."""
+    """Summarize a trace: span, ranks, devices, streams, events per kind, peak memory, top time
+    consumers, and the events the importer did not understand (kept only as generic markers)."""
     from msprof_py.summary import NAME_CHARS, SUMMARY_COLUMNS, render, summarize
 
     # Only the typed columns the summary reads: a JSON import skips the verbatim args text.

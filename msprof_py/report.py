@@ -23,6 +23,7 @@ from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slice
 from msprof_py.choices import ReportFormat
 from msprof_py.compare import cost_text, fix_text
 from msprof_py.errors import MsprofError
+from msprof_py.summary import peak_memory_bytes, unmapped
 from msprof_py.trace import Trace
 from msprof_py.trace.atomic import atomic_file
 from msprof_py.trace.units import mib, ms, ms_at, pct, sig
@@ -70,6 +71,9 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
     if what_if:
         predict_fixes(result, frames if frames.window == "all" else Frames(trace))
     summary = overview(frames, result)
+    if summary.get("peak_memory_bytes") is None:
+        # Memory counters the overview does not name (torch_npu's NPU MEM "APP/Memory", in KB).
+        summary["peak_memory_bytes"] = peak_memory_bytes(frames.table)
     findings = _finding_rows(result)
     shown = findings[:max(timelines, 0)]
     host = host_slices(frames) if shown else None
@@ -84,6 +88,9 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
         "copies": copy_rows(frames),
         "findings": findings,
         "skipped": result.skipped,
+        # What the importer kept only as generic rows: no figure of the report counts them.
+        "unmapped": [{"count": u.count, "category": u.category, "phases": list(u.phases), "reason": u.reason,
+                      "message": u.message} for u in unmapped(trace.table, trace.meta.source_format)],
         "breakdown": rows,
         "critical_path": critical.paths(frames, top=CRITICAL_PATH_OPS),
         "timelines": [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown],
@@ -184,6 +191,9 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = ["# msprof-py bottleneck report", "", "## Summary", "", "| metric | value | definition |", "|---|---|---|"]
     for label, value, note in _summary_rows(report["summary"]):
         lines.append(f"| {label} | {value} | {_md(note)} |")
+    if report.get("unmapped"):
+        lines += ["", "## Events not understood", "", f"{UNMAPPED_NOTE}:", ""]
+        lines += [f"- {_md(u['message'])}" for u in report["unmapped"]]
     lines += ["", "## Findings (most costly first)", ""]
     if not report["findings"]:
         lines.append("No findings.")
@@ -267,7 +277,7 @@ def to_html(report: dict[str, Any]) -> str:
         plotlyjs=Markup(_script_text(plotly.offline.get_plotlyjs())), breakdown_head=_BREAKDOWN_HEAD,
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
         breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
-        copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps,
+        copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps, unmapped_note=UNMAPPED_NOTE,
         critical_rows=critical.rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE)
 
 
@@ -471,6 +481,9 @@ def _ms(ns: Any) -> str:
     return "-" if ns is None else sig(ns / 1e6)
 
 
+#: The caption of the report's listing of the events the importer did not understand.
+UNMAPPED_NOTE = ("The importer did not understand these events and kept them only as generic markers: no figure "
+                 "in this report counts them")
 #: The copies table: HTA's memory bandwidth summary (not per-copy rates; see analyzers.memcpy).
 COPIES_NOTE = ("Bandwidth in use: the rates of the copies of one kind running at the same time, summed; "
                "statistics over its samples (one each time it changes), as Holistic Trace Analysis computes them.")
@@ -570,6 +583,8 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 <h1>msprof-py bottleneck report</h1>
 <h2>Summary</h2>
 <table class="summary">{% for k, v, note in summary %}<tr><th>{{ k }}</th><td>{{ v }}</td><td class="note">{{ note }}</td></tr>{% endfor %}</table>
+{% if report.unmapped %}<h2>Events not understood</h2><p class="caption">{{ unmapped_note }}:</p>
+<ul class="unmapped">{% for u in report.unmapped %}<li>{{ u.message }}</li>{% endfor %}</ul>{% endif %}
 {% if charts.breakdown %}<h2>Time per step on the device</h2>
 <p class="caption">Compute, communication, copy and idle never overlap (compute wins over communication, which wins over copy) and add up to the step time; idle is split by what the device waited for.</p>
 {{ chart(charts.breakdown) }}

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from msprof_py.trace import KINDS, Trace
+from msprof_py.trace.importers import ascend, kineto
 from msprof_py.trace.units import MiB, ms, sig
 
 #: Kinds of rows that ran on a device (their `stream` column is a device stream).
@@ -23,7 +24,9 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 HOST_API_KINDS = ("api", "launch", "sync", "op_compile")
 UNNAMED = "(unnamed)"
 #: The columns `summarize` reads: `info` loads only these from a Parquet table.
-SUMMARY_COLUMNS = ("rank", "ph", "name", "ts", "dur", "kind", "device", "stream")
+SUMMARY_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "kind", "device", "stream", "bytes", "value")
+#: How `info` and the report head the listing of `unmapped`.
+UNMAPPED_TITLE = "not understood, kept only as generic markers (no figure counts them)"
 #: Kernel names run to hundreds of characters; this keeps a top table within 80 columns.
 NAME_CHARS = 40
 
@@ -51,6 +54,19 @@ class StreamSet:
 
 
 @dataclass(frozen=True)
+class Unmapped:
+    """Events an importer kept only as generic markers because it did not understand them: those
+    of one category it does not know (`phases`: their phases), or of one shape (phase family) of
+    a category it knows that it does not read."""
+
+    count: int
+    category: str | None
+    phases: tuple[str, ...]
+    reason: str  # "category" | "phase"
+    message: str
+
+
+@dataclass(frozen=True)
 class Summary:
     """The facts `msprof-py info` shows; times in ns relative to the trace origin."""
 
@@ -67,6 +83,10 @@ class Summary:
     kinds: dict[str, int]
     top_device: tuple[NameTime, ...]
     top_host: tuple[NameTime, ...]
+    #: The most device memory held at once (see `peak_memory_bytes`); None: the trace records none.
+    peak_memory_bytes: int | None = None
+    #: What the importer kept only as generic rows (see `unmapped`), most events first.
+    unmapped: tuple[Unmapped, ...] = ()
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data (tuples become lists)."""
@@ -117,7 +137,117 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
         kinds=_kind_counts(kind, kind_names),
         top_device=top_names(DEVICE_KINDS),
         top_host=top_names(HOST_API_KINDS),
+        peak_memory_bytes=peak_memory_bytes(table),
+        unmapped=unmapped(table, trace.meta.source_format),
     )
+
+
+# ---------------------------------------------------------------- what was not understood
+
+#: Phase families of the Trace Event Format, as a listing names them.
+_PHASE_FAMILIES = {"B": "begin/end", "E": "begin/end", "b": "async", "e": "async", "n": "async",
+                   "S": "legacy async", "T": "legacy async", "p": "legacy async", "F": "legacy async",
+                   "N": "object", "O": "object", "D": "object", "P": "sample", "R": "mark", "c": "clock sync",
+                   "(": "context", ")": "context", "V": "memory dump", "v": "memory dump", "X": "complete",
+                   "i": "instant", "I": "instant"}
+
+
+def _unread_rule(source_format: str):
+    """The importer's own rule for its markers (cat, ph) -> "category" | "phase" | None; None
+    for tables no importer of a foreign format made (the emulator's, msprof's own), whose kinds
+    are all meant."""
+    if source_format == kineto.FORMAT:
+        return kineto.unread
+    if source_format == ascend.FORMAT:
+        return ascend.unread
+    if source_format == "chrome":
+        # A plain Chrome trace: the importer reads phases only (meta, flow, counter), PyTorch-style
+        # memory instants and ProfilerStep slices; any category it keeps as a marker it did not understand.
+        return lambda cat, ph: "category"
+    return None
+
+
+def unmapped(table: pa.Table, source_format: str) -> tuple[Unmapped, ...]:
+    """The events the importer of `source_format` kept only as generic rows (kind marker, the kind
+    a row has when the importer gave it none) because it did not understand them, grouped by
+    their category as the producer wrote it (and, in a category it knows, by their phase's
+    family), most events first: "12,345 events of unknown category 'foo'". Read from the table
+    alone (kind, cat and ph survive Parquet), so it holds for any stored table; empty when every
+    marker is one the importer means (Kineto's profiler spans, GPU annotations, instants,
+    torch_npu's Overlap Analysis...)."""
+    rule = _unread_rule(source_format)
+    if rule is None or not table.num_rows or "cat" not in table.column_names:
+        return ()
+    kind, kind_names = _codes(table.column("kind"))
+    if "marker" not in kind_names:
+        return ()
+    marker = kind == kind_names.index("marker")
+    cat, cat_names = _codes(table.column("cat"))
+    ph, ph_names = _codes(table.column("ph"))
+    # One count per (cat, ph) pair of the markers; the slot after each list is null's.
+    key = (np.where(cat[marker] < 0, len(cat_names), cat[marker]) * (len(ph_names) + 1)
+           + np.where(ph[marker] < 0, len(ph_names), ph[marker]))
+    counts = np.bincount(key, minlength=(len(cat_names) + 1) * (len(ph_names) + 1))
+    groups: dict[tuple, list] = {}
+    for k in np.flatnonzero(counts).tolist():
+        c = cat_names[k // (len(ph_names) + 1)] if k // (len(ph_names) + 1) < len(cat_names) else None
+        p = ph_names[k % (len(ph_names) + 1)] if k % (len(ph_names) + 1) < len(ph_names) else None
+        reason = rule(c, p)
+        if reason is None:
+            continue
+        family = None if reason == "category" else _PHASE_FAMILIES.get(p or "", f"phase {p!r}")
+        acc = groups.setdefault((reason, c, family), [0, set()])
+        acc[0] += int(counts[k])
+        acc[1].add("" if p is None else p)
+    out = [Unmapped(n, c, tuple(sorted(phases)), reason, _unmapped_message(n, c, tuple(sorted(phases)), reason, family))
+           for (reason, c, family), (n, phases) in groups.items()]
+    return tuple(sorted(out, key=lambda u: (-u.count, u.category or "", u.phases)))
+
+
+def _unmapped_message(n: int, cat: str | None, phases: tuple[str, ...], reason: str, family: str | None) -> str:
+    events = "event" if n == 1 else "events"
+    of = "with no category" if cat is None else f"of category {cat!r}"
+    if reason == "category":
+        return f"{n:,} {events} {of}" if cat is None else f"{n:,} {events} of unknown category {cat!r}"
+    return f"{n:,} {family} {events} ({', '.join(map(repr, phases))}) {of}, a shape the importer does not read"
+
+
+# ---------------------------------------------------------------- peak memory
+
+#: Counters of the device memory an application holds, by preference, with the bytes per unit of
+#: their value: the emulator's driver use and caching-allocator total (bytes), and the "APP/Memory"
+#: counter of torch_npu's / msprof's NPU MEM process (the application's HBM plus DDR, in KB as
+#: both write it: {"KB": ...}).
+MEMORY_COUNTERS = (("Device memory used", 1), ("Device memory allocated", 1), ("APP/Memory", 1024))
+
+
+def peak_memory_bytes(table: pa.Table) -> int | None:
+    """The most device memory held at once: the first of `MEMORY_COUNTERS` the table has (its
+    largest sample, over every device and rank), else the largest allocator total its alloc /
+    free rows carry (PyTorch's `[memory]` "Total Allocated"), else the peak of their running sum
+    (in rank, ts order); None when the table records no memory."""
+    kind, kind_names = _codes(table.column("kind"))
+    if not len(kind):
+        return None
+    value, has_value = _floats(table.column("value"))
+    if "counter" in kind_names:
+        counter = kind == kind_names.index("counter")
+        names, name_list = _codes(table.column("name"))
+        for name, scale in MEMORY_COUNTERS:
+            if name in name_list:
+                rows = counter & (names == name_list.index(name)) & has_value
+                if rows.any():
+                    return int(value[rows].max() * scale)
+    mem = np.isin(kind, [kind_names.index(k) for k in ("alloc", "free") if k in kind_names])
+    if not mem.any():
+        return None
+    if (mem & has_value).any():
+        return int(value[mem & has_value].max())
+    rank, ts, size = _ints(table.column("rank"))[mem], _ints(table.column("ts"))[mem], _ints(table.column("bytes"))[mem]
+    order = np.lexsort((ts, rank))
+    alloc = kind_names.index("alloc") if "alloc" in kind_names else -2
+    delta = np.where(kind[mem] == alloc, size, -size)[order]
+    return int(np.cumsum(delta).max())
 
 
 # The columns become numpy arrays read straight from their Arrow buffers. pyarrow's to_numpy,
@@ -145,6 +275,18 @@ def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     values = np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
     values = values.astype(np.int64, copy=False)
     return np.where(_valid(col), values, 0) if col.null_count else values
+
+
+def _floats(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A float64 column as numpy (0 where null), and which slots hold a number (not null, not NaN)."""
+    if isinstance(col, pa.ChunkedArray):
+        parts = [_floats(c) for c in col.chunks]
+        if not parts:
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    values = np.frombuffer(col.buffers()[1], dtype=np.float64, count=len(col), offset=col.offset * 8)
+    ok = _valid(col) & ~np.isnan(values)
+    return np.where(ok, values, 0.0), ok
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
@@ -265,6 +407,8 @@ def render(summary: Summary, title: str | None = None, name_chars: int | None = 
     ]
     if summary.skipped_events:
         rows.append(("skipped events", f"{summary.skipped_events:,}"))
+    if summary.peak_memory_bytes is not None:
+        rows.append(("peak memory", format_bytes(summary.peak_memory_bytes)))
     # Every cell as Text: plain strings would each be parsed as rich markup and emoji codes
     # (about a tenth of `info`'s work) for text that holds neither, or must not be read as such.
     for key, value in rows:
@@ -284,6 +428,8 @@ def render(summary: Summary, title: str | None = None, name_chars: int | None = 
         streams.add_row(Text(str(s.rank)), Text("-" if s.device is None else str(s.device)), Text(_int_list(s.streams)))
 
     parts: list[RenderableType] = [overview, kinds]
+    if summary.unmapped:
+        parts.append(Text("\n".join([UNMAPPED_TITLE + ":", *(f"  {u.message}" for u in summary.unmapped)])))
     if summary.streams:
         parts.append(streams)
     parts.append(_name_table("top device work (kernel, memcpy, memset, collective)", summary.top_device, name_chars))

@@ -45,6 +45,19 @@ _COLLECTIVE = r"^hcom_|allreduce|allgather|reducescatter|reduce_scatter|broadcas
 _OP_COMPILE = r"(^|@)aclopCompile"
 
 
+#: The phases of an Ascend timeline this importer reads. Its slices all get a kind but those of
+#: the Overlap Analysis process (msprof's own summary of the device's time), which stay markers as
+#: meant; instants are markers by nature. Other phases (a "B"/"E" pair, async "b"/"e") are not read.
+READ_PHASES = ("X", "i", "I")
+
+
+def unread(cat: str | None, ph: str | None) -> str | None:
+    """Why a marker row of phase `ph` in an Ascend table is one only because the importer did not
+    understand it: "phase" (a phase it does not read); None: a marker it means. Tracks are
+    known by process, not category: the category says nothing here (see kineto.unread)."""
+    return None if ph in READ_PHASES else "phase"
+
+
 class _TaskArgs(msgspec.Struct):
     task_type: Any = msgspec.field(default=None, name="Task Type")
     stream_id: Any = msgspec.field(default=None, name="Stream Id")

@@ -61,6 +61,27 @@ LEGACY_HOST_CATS = ("Operator", "Runtime")
 KINETO_CATS = (frozenset((*RUNTIME_CATS, *DEVICE_CATS, *HOST_API_CATS, *HOST_MARKER_CATS))
                - {"Trace", *LEGACY_DEVICE_CATS, *LEGACY_HOST_CATS})
 
+#: The categories this importer gives a meaning to ("async": the first layout's launch flows).
+#: Device work in a category it does not know is read too when laid out as Kineto lays device
+#: work out (see `_classify`); what stays a marker and is in none of these was not understood.
+KNOWN_CATS = frozenset((*RUNTIME_CATS, *DEVICE_CATS, *HOST_API_CATS, *HOST_MARKER_CATS, "async"))
+#: The phases of its categories' events it reads: complete slices, and instants (markers by nature:
+#: Kineto's "Iteration Start", cpu_instant_event). Others (a "B"/"E" pair, async "b"/"e") are not.
+READ_PHASES = ("X", "i", "I")
+
+
+def unread(cat: str | None, ph: str | None) -> str | None:
+    """Why a marker row of category `cat` and phase `ph` in a Kineto table is one only because
+    the importer did not understand it: "category" (a category it does not know, or a slice with
+    none), "phase" (a known category in a phase it does not read); None: a marker it means.
+    Works on any stored table: cat and ph are kept as the producer wrote them."""
+    if cat is not None and cat not in KNOWN_CATS:
+        return "category"
+    if ph not in READ_PHASES:
+        return "phase"
+    return "category" if cat is None and ph == "X" else None
+
+
 _COLLECTIVE = r"nccl|rccl|hccl|ncclDevKernel|ncclKernel"
 #: Generic device events whose name says they move or fill memory (MTIA DMA, "Memcpy ...").
 _COPY = r"memcpy|^dma"
