@@ -228,10 +228,14 @@ def relation(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelat
 def parquet_files(path: Path) -> list[Path]:
     """The Parquet files of a trace: the file itself, a table directory's part files (in rank
     order), or a PROF directory's host and device parts."""
-    from msprof_py.loading import is_parquet, table_path
+    from msprof_py.loading import is_parquet, table_path, trace_inputs
 
     if not path.exists():
         raise MsprofError(f"{path}: no such file or directory")
+    inputs = trace_inputs(path)
+    if len(inputs) > 1:  # a job's folder of per-rank traces: SQL runs over one table
+        raise MsprofError(f"{path}: sql reads Parquet trace tables; this folder holds {len(inputs)} per-rank traces",
+                          hint=f"import them first: msprof-py import {path} -o JOB/")
     path = table_path(path)
     if path.is_file():
         if not is_parquet(path):

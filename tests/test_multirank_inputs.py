@@ -248,3 +248,10 @@ def test_a_folder_of_summaries_beside_trace_view_json_reads_the_timeline(tmp_pat
         "cluster_step_trace_time.csv, kernel_details.csv) but no timeline beside them (msprof-py reads the "
         "timeline: put the trace_view.json torch_npu wrote with them in this folder, or give the *_ascend_pt "
         "folder it is in)")
+
+
+def test_sql_on_a_folder_of_per_rank_traces_says_to_import_them_first():
+    # SQL runs over one Parquet table; a job's folder is several JSON traces.
+    assert one_line_error(["sql", str(DLRM), "select count(*) from trace"]) == (
+        f"msprof-py: error: {DLRM}: sql reads Parquet trace tables; this folder holds 8 per-rank traces "
+        f"(import them first: msprof-py import {DLRM} -o JOB/)")
