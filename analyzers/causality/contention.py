@@ -109,6 +109,29 @@ def _waits(frames: Frames) -> tuple[np.ndarray, pd.DataFrame]:
     return per_row, out
 
 
+def release_waits(frames: Frames) -> pd.DataFrame:
+    """Every kernel whose time from its release to its start saturating kernels covered (rank,
+    stream, ts, wait_ns), the turnaround after the release included: the whole wait a model of
+    the cores makes again (analyzers.causality.replay), where `core_waits` leaves the turnaround
+    to the device. Cached per frames."""
+    key = ("causality.release_waits",)
+    if key in frames._cache:
+        return frames._cache[key]
+    tasks = stream_tasks(frames)
+    rank_of = tasks["rank"].to_numpy()
+    has_cores = tasks["addr"].notna().to_numpy() & (tasks["kind"] == "kernel").to_numpy()
+    parts = []
+    for rank in sorted(np.unique(rank_of[has_cores]).tolist()):
+        T = rank_graph(frames, int(rank), TURNAROUND_NS)[1]
+        blocks, cores = _shape(frames, int(rank))
+        wait = contended(T, blocks, cores, ready_times(T) - TURNAROUND_NS)[0]
+        hit = np.flatnonzero(wait > 0)
+        parts.append(pd.DataFrame({"rank": int(rank), "stream": T.stream[hit], "ts": T.ts[hit], "wait_ns": wait[hit]}))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "stream", "ts", "wait_ns"])
+    frames._cache[key] = out
+    return out
+
+
 def _saturating(T: Tasks, blocks: np.ndarray, cores: np.ndarray) -> np.ndarray:
     return (T.kind == "kernel") & ~np.isnan(cores) & (cores > 0) & (blocks >= cores)
 
