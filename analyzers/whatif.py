@@ -41,6 +41,7 @@ REMEDY_FOR: dict[str, str] = {
     "SLOW_LINK": "link",
     "UNDER_OCCUPANCY": "spread",
     "BANDWIDTH_CONTENTION": "stagger",
+    "CORE_CONTENTION": "priority",
 }
 
 
@@ -56,6 +57,10 @@ def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: 
         return Remedy(name, None, (int(finding.rank),)) if finding.rank is not None else Remedy(name)
     if name == "link":
         return Remedy(name)
+    if name == "priority":  # the starved stream first on its rank's cores
+        if finding.rank is None or finding.stream is None:
+            return None
+        return Remedy(name, int(finding.stream), (int(finding.rank),))
     ranks = ranks_of_code.get(finding.code, set())
     if not ranks or ranks >= all_ranks:
         return Remedy(name)

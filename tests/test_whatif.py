@@ -60,6 +60,10 @@ def _evidence(frames: Frames, name: str) -> int:
         return sum(dur(t, t["kind"] == "collective") for t in tasks)
     if name == "stagger":  # the copies that shared a link sped up: never more than their own time
         return sum(dur(t, t["kind"].isin(("memcpy", "memset"))) for t in tasks)
+    if name == "priority":  # the kernels' waits for cores other streams held
+        from analyzers.causality.contention import release_waits
+
+        return int(release_waits(frames)["wait_ns"].sum())
     raise AssertionError(name)
 
 
@@ -68,7 +72,10 @@ def _bounded(trace) -> dict[str, int]:
     out = {}
     for name in REMEDY_DOCS:
         saving = replay(frames, [Remedy(name)]).saving_ns
-        assert 0 <= saving <= _evidence(frames, name), (name, saving, _evidence(frames, name))
+        # Raising a stream's priority takes cores from the others: the run may get longer (what-if
+        # shows no saving then); every other remedy only takes work or waits away.
+        low = -np.inf if name == "priority" else 0
+        assert low <= saving <= _evidence(frames, name), (name, saving, _evidence(frames, name))
         out[name] = saving
     return out
 
@@ -101,6 +108,7 @@ PASSING = [
     "yolo-pipeline serial-copies seed 0", "yolo-pipeline queue-congestion seed 0", "yolo-pipeline launch-bound seed 0",
     "yolo-pipeline triple_buffer=false seed 0", "app sync_every_kernel", "app serial_copy", "app narrow_kernels",
     "resnet50-infer bandwidth-contention seed 0", "yolo-pipeline bandwidth-contention seed 0", "app host_preprocess",
+    "resnet50-infer queue-congestion seed 0", "app core_starvation",
 ]
 
 
@@ -116,8 +124,7 @@ def test_the_prediction_from_the_problem_trace_is_within_10_percent_of_the_real_
 
 
 def test_the_pairs_cover_every_scenario_switch_with_a_mechanical_fix(seed0_pairs):
-    assert sorted(seed0_pairs) == sorted([
-        *PASSING, "resnet50-infer queue-congestion seed 0"])
+    assert sorted(seed0_pairs) == sorted(PASSING)
     # The remedies the real fixes are checked against, by pair.
     got = {p.label: p.codes for p in seed0_pairs.values()}
     assert got["yolo-pipeline triple_buffer=false seed 0"] == ("BUBBLE_DATA", "BUBBLE_COPY")
