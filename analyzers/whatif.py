@@ -9,7 +9,8 @@ replay per distinct remedy: findings that share one (LAUNCH_BOUND and BUBBLE_HOS
 mean "launch less") share its saving.
 
 Then the saving is the finding's cost (`Finding.cost`) and its severity follows it by the one
-rule of analyzers.severity, as a share of the run's span: what the user gets back for fixing
+rule of analyzers.severity, as a share of the device's step time like every time cost (the
+`saving_share` shown beside it is of the run's span): what the user gets back for fixing
 it, not the idle the trace shows (which on pipelines and stragglers is less than a fix
 recovers, and elsewhere more). Findings without a mechanical fix (device idle nothing recorded
 explains, waits for events, a collective's exposed time) keep their measured cost.
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzers.bandwidth import _collectives_share_copy_links
 from analyzers.causality.replay import Remedy, ReplayResult, replay
 from analyzers.finding import Finding
 from analyzers.frames import Frames
@@ -45,14 +47,17 @@ REMEDY_FOR: dict[str, str] = {
 }
 
 
-def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: set[int]) -> Remedy | None:
+def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: set[int],
+               frames: Frames | None = None) -> Remedy | None:
     """The remedy replayed for `finding` (None: no mechanical fix), scoped to the ranks where its
     code was found (unscoped when that is every rank)."""
     name = REMEDY_FOR.get(finding.code)
     if name is None:
         return None
-    if finding.code == "BANDWIDTH_CONTENTION" and finding.metric != "achieved_over_alone":
-        return None  # collectives slowed by copies: the replay's links carry copies only
+    if finding.code == "BANDWIDTH_CONTENTION" and (
+            finding.metric != "achieved_over_alone"
+            or (frames is not None and _collectives_share_copy_links(frames))):
+        return None  # collectives on the copies' links: the replay's links carry copies only
     if name == "straggler":
         return Remedy(name, None, (int(finding.rank),)) if finding.rank is not None else Remedy(name)
     if name == "link":
@@ -83,7 +88,7 @@ def predict(frames: Frames, findings: list[Finding]) -> dict[str, dict[str, Any]
     for f in findings:
         if f.lost_ns is None:  # costs memory, or its time is another finding's (SYNC_STALL's is BUBBLE_SYNC's)
             continue
-        rem = remedy_for(f, ranks_of_code, all_ranks)
+        rem = remedy_for(f, ranks_of_code, all_ranks, frames)
         if rem is None:
             continue
         key = str(rem)
@@ -93,8 +98,22 @@ def predict(frames: Frames, findings: list[Finding]) -> dict[str, dict[str, Any]
                          "saving_share": round(max(r.saving_ns, 0) / r.span_ns, 6) if r.span_ns else 0.0,
                          "span_ns": int(r.span_ns), "new_span_ns": int(r.new_span_ns)}
         f.what_if = dict(done[key])
-        f.severity = severity(f.what_if["saving_share"], f.code)
+        f.severity = severity(f.what_if["saving_ns"] / _step_ns(frames, f), f.code)
     return done
+
+
+def _step_ns(frames: Frames, f: Finding) -> int:
+    """The device step time the one severity rule takes a time cost's share of: the finding's
+    device's (its rank's largest, any rank's largest without one); the run's span without steps."""
+    from analyzers.causality import device_windows
+
+    key = ("whatif.step_ns",)
+    if key not in frames._cache:
+        frames._cache[key] = {k: int((w["end"] - w["start"]).sum()) for k, w in device_windows(frames).items()}
+    steps: dict = frames._cache[key]
+    mine = [v for (r, d), v in steps.items() if (f.rank is None or r == f.rank) and (f.device is None or d == f.device)]
+    got = max(mine or list(steps.values()) or [0])
+    return max(got or (f.what_if or {}).get("span_ns", 0), 1)
 
 
 def step_table(before: Frames, result: ReplayResult) -> list[dict[str, Any]]:

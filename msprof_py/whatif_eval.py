@@ -181,7 +181,7 @@ def check(pair: Pair) -> Row:
     all_ranks = {int(r) for r in frames.table.column("rank").unique().to_pylist()}
     remedies = []
     for f in found:
-        rem = remedy_for(f, ranks, all_ranks)
+        rem = remedy_for(f, ranks, all_ranks, frames)
         if rem is not None and rem not in remedies:
             remedies.append(rem)
     base = replay(frames)

@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import analyzers
 from analyzers import Frames
 from analyzers.causality.critical_path import job_graph
 from analyzers.causality.replay import REMEDY_DOCS, Remedy, replay
+from analyzers.whatif import predict
 from msprof_py import report, whatif_eval
 from msprof_py.trace import read_trace
 from msprof_py.trace.importers import import_trace
@@ -178,6 +180,24 @@ def test_the_what_if_of_a_finding_is_scoped_to_the_ranks_it_was_found_on():
     assert remedy_for(Finding("SLOW_RANK", Severity.INFO, "", "", rank=3), {}, {0, 1, 2, 3}) == \
         Remedy("straggler", None, (3,))
     assert remedy_for(Finding("BUBBLE_OTHER", Severity.INFO, "", "", rank=0), {}, {0}) is None
+
+
+def test_core_contention_raises_its_own_stream_and_copy_contention_with_collectives_has_no_replayed_fix():
+    from analyzers.finding import Finding, Severity
+    from analyzers.whatif import remedy_for
+
+    starved = Finding("CORE_CONTENTION", Severity.INFO, "", "", rank=0, stream=2)
+    assert remedy_for(starved, {}, {0}) == Remedy("priority", 2, (0,))
+    # bert-train-dp's prefetches share PCIe with the AllReduce (the topology puts collectives on
+    # the copies' links): staggering copies against copies would not touch that, so the finding
+    # keeps its measured cost and severity rather than a replayed saving of nothing.
+    trace = scenarios.run("bert-train-dp", seed=0, switches=("bandwidth-contention",), steps=2).trace
+    frames = Frames(trace)
+    found = [f for f in analyzers.run(trace, frames=frames).findings if f.code == "BANDWIDTH_CONTENTION"]
+    before = [(f.severity, f.cost) for f in found]
+    predict(frames, found)
+    assert len(found) == 8 and all(f.what_if is None for f in found)
+    assert [(f.severity, f.cost) for f in found] == before and {s for s, _ in before} == {Severity.CRITICAL}
 
 
 # ---------------------------------------------------------------- the CLI
