@@ -1,6 +1,13 @@
 """communication.json and communication_matrix.json: HCCL collectives per rank, step and op, in
 the layout torch_npu / msprof-analyze write (key names as theirs: "Communication Time Info",
-"Communication Bandwidth Info", "Transit Size(MB)", "Bandwidth(GB/s)", ...)."""
+"Communication Bandwidth Info", "Transit Size(MB)", "Bandwidth(GB/s)", ...).
+
+Both files come from one computation per op and rank (`_op_links`): the bytes and busy time of
+every link the rank sent on during the op, src -> dst, each with its transport as the topology
+routes the pair. The matrix lists those links; communication.json's bandwidth info per transport
+is their sum, so the two agree by construction. Bandwidth is msprof-analyze's
+Transit Size(MB) / Transit Time(ms) (MB = 2^20 bytes), in both files.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +21,13 @@ if TYPE_CHECKING:
     from msprof_py.summaries import Rows
 
 MiB = 1024 * 1024
+TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA")
 #: msprof-analyze's small-packet limits (DOMAIN.md §3): below these a transfer is "small".
 LARGE_PACKET_BYTES = {"RDMA": 1 * MiB, "HCCS": 16 * MiB, "PCIE": 16 * MiB, "SDMA": 16 * MiB}
+#: A rank-to-rank link's rate counter ("r0->r1.hccs GB/s"): it names its peer.
 _LINK = re.compile(r"^r(\d+)->r(\d+)\.(\w+) GB/s$")
+#: A rank's own port ("r8.roce_tx GB/s", "r0.d0.pcie_d2h GB/s"): it names no peer.
+_PORT = re.compile(r"^r(\d+)(?:\.d\d+)?\.(roce_tx|roce_rx|pcie_d2h|pcie_h2d) GB/s$")
 
 
 def summaries(rows: "Rows") -> tuple[dict, dict]:
@@ -25,11 +36,20 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
 
     An op is one collective call as its members saw it (same name, start and end on every
     member); its name is `<name>__<k>@<members>`. Time info comes from the collective slice
-    (transit) and the Notify_Wait before it (waiting for the last member). Bandwidth info puts the
-    op's payload (`bytes`) on its transport: HCCS or PCIE inside a server, RDMA across servers.
-    The matrix gives, for each op, the bytes every rank-to-rank link carried during it, integrated
-    from the link-rate counters (`--sys-hardware-mem`); NIC links (RoCE) have no peer in the
-    table, so cross-server pairs are absent.
+    (transit) and the Notify_Wait before it (waiting for the last member).
+
+    The links of an op on a rank (`_op_links`) are the links it sent on, integrated from the
+    link-rate counters (`--sys-hardware-mem`) over the op: a counter that names its peer
+    (HCCS "r0->r1") gives the pair directly; a port that does not (the RoCE NIC, the PCIe link
+    of a PCIe-only server) is shared out among the peers the topology routes through it (for
+    the NIC, the members on other servers in the sender's position, HCCL's inter-server plane)
+    by how much each peer's receiving port ran with it. The matrix lists these links;
+    communication.json's bandwidth info per transport sums them.
+
+    Without a topology in the trace's meta (a real trace), only peer-naming counters give
+    links; an op without any link keeps today's classification: its payload on the transport
+    its members imply (HCCS, or PCIE for `intra: pcie`, RDMA across servers), over the op's
+    duration, with no matrix entry.
     """
     return reduce([summarize(rows)], rows.topology, rows.origin_ns)
 
@@ -37,7 +57,7 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
 def summarize(rows: "Rows") -> dict[str, Any]:
     """What `reduce` needs of some ranks (one rank partition's Rows, or the whole trace's): their
     collective slices with the Notify_Wait before each (one row per collective op), and the
-    rate series of the rank-to-rank links they recorded. Small next to the partition."""
+    rate series of the links and ports they recorded. Small next to the partition."""
     t = rows.tasks
     coll = t[t["kind"] == "collective"].copy()
     if len(coll):
@@ -62,16 +82,15 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
     coll = coll.sort_values(["rank", "ts"], kind="stable")
     coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
     coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
-    coll["transport"] = [_transport(g, topology) for g in coll["group"]]
-    links = {k: v for p in parts for k, v in p["links"].items()}
+    links: dict[tuple, Any] = {k: v for p in parts for k, v in p["links"].items()}
+    for key in [k for k in links if len(k) == 3]:  # a rank's peer-naming links, by sender
+        links.setdefault(("sends", key[0]), []).append(key)
     comm: dict[str, Any] = {}
     matrix: dict[str, Any] = {}
     for r in coll.itertuples(index=False):
         step = "step" if pd.isna(r.step) else f"step{int(r.step)}"
         kind = "p2p" if str(r.name).startswith(("hcom_send", "hcom_receive")) else "collective"
         wait_ms, transit_ms = r.wait / 1e6, r.dur / 1e6
-        nbytes = 0 if pd.isna(r.bytes) else int(r.bytes)
-        size_mb = nbytes / MiB
         time_info = {
             "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,
             "Elapse Time(ms)": wait_ms + transit_ms,
@@ -79,12 +98,23 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
             "Idle Time(ms)": 0.0, "Wait Time Ratio": _ratio(wait_ms, transit_ms),
             "Synchronization Time Ratio": _ratio(wait_ms, transit_ms),
         }
-        bandwidth = {tr: _bandwidth_entry(0, 0.0) for tr in ("RDMA", "HCCS", "PCIE", "SDMA")}
-        bandwidth[r.transport] = _bandwidth_entry(nbytes, transit_ms, large=nbytes >= LARGE_PACKET_BYTES[r.transport])
-        bandwidth[r.transport]["Size Distribution"] = {f"{size_mb:g}": [1, transit_ms]} if nbytes else {}
+        group = [int(x) for x in r.group.split("-")]
+        sent = _op_links(links, topology, int(r.rank), group, int(r.ts), int(r.end))
+        pairs = {f"{src}-{dst}": {"Transport Type": transport, "Transit Size(MB)": nbytes / MiB,
+                                  "Transit Time(ms)": busy / 1e6,
+                                  "Bandwidth(GB/s)": _gbps(nbytes / MiB, busy / 1e6), "Op Name": r.op}
+                 for src, dst, transport, nbytes, busy in sent}
+        if pairs:
+            bandwidth = _bandwidth_info(pairs, [nbytes for *_, nbytes, _ in sent])
+        else:  # no link counters: the payload on the transport the members imply (as msprof-analyze without tasks)
+            nbytes = 0 if pd.isna(r.bytes) else int(r.bytes)
+            transport = _transport(group, topology)
+            bandwidth = {tr: _bandwidth_entry(0.0, 0.0) for tr in TRANSPORTS}
+            bandwidth[transport] = _bandwidth_entry(nbytes / MiB, transit_ms,
+                                                    1.0 if nbytes >= LARGE_PACKET_BYTES[transport] else 0.0)
+            bandwidth[transport]["Size Distribution"] = {f"{nbytes / MiB:g}": [1, transit_ms]} if nbytes else {}
         per_rank = comm.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})
         per_rank[kind][r.op] = {"Communication Time Info": time_info, "Communication Bandwidth Info": bandwidth}
-        pairs = _matrix_entries(links, int(r.rank), set(map(int, r.group.split("-"))), int(r.ts), int(r.end), r.op)
         matrix.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})[kind][r.op] = pairs
     return comm, matrix
 
@@ -93,37 +123,110 @@ def _ratio(wait: float, transit: float) -> float:
     return round(wait / (wait + transit), 4) if wait + transit > 0 else 0.0
 
 
-def _bandwidth_entry(nbytes: int, time_ms: float, large: bool = False) -> dict[str, Any]:
-    size_mb = nbytes / MiB
-    return {"Transit Size(MB)": size_mb, "Transit Time(ms)": time_ms,
-            "Bandwidth(GB/s)": round(size_mb / time_ms, 4) if time_ms > 0 else 0.0,
-            "Large Packet Ratio": 1.0 if large else 0.0, "Size Distribution": {}}
+def _gbps(size_mb: float, time_ms: float) -> float:
+    """msprof-analyze's bandwidth: Transit Size(MB) / Transit Time(ms)."""
+    return round(size_mb / time_ms, 4) if time_ms > 0 else 0.0
 
 
-def _transport(group: str, topology: dict) -> str:
-    ranks = [int(x) for x in group.split("-")]
+def _bandwidth_entry(size_mb: float, time_ms: float, large_ratio: float = 0.0) -> dict[str, Any]:
+    return {"Transit Size(MB)": size_mb, "Transit Time(ms)": time_ms, "Bandwidth(GB/s)": _gbps(size_mb, time_ms),
+            "Large Packet Ratio": large_ratio, "Size Distribution": {}}
+
+
+def _bandwidth_info(pairs: dict[str, dict], sizes: list[int]) -> dict[str, Any]:
+    """communication.json's bandwidth info per transport: the sums of the matrix's links of that
+    transport (summed in the matrix's order, so a reader summing them gets the same floats); a
+    link is one transfer in the size distribution and the large-packet ratio."""
+    out = {}
+    for tr in TRANSPORTS:
+        mine = [(link, n) for link, n in zip(pairs.values(), sizes) if link["Transport Type"] == tr]
+        size_mb = sum((link["Transit Size(MB)"] for link, _ in mine), 0.0)
+        time_ms = sum((link["Transit Time(ms)"] for link, _ in mine), 0.0)
+        large = sum(1 for _, n in mine if n >= LARGE_PACKET_BYTES[tr])
+        entry = _bandwidth_entry(size_mb, time_ms, round(large / len(mine), 4) if mine else 0.0)
+        for link, _ in mine:
+            cell = entry["Size Distribution"].setdefault(f"{link['Transit Size(MB)']:g}", [0, 0.0])
+            cell[0] += 1
+            cell[1] += link["Transit Time(ms)"]
+        out[tr] = entry
+    return out
+
+
+def _transport(group: list[int], topology: dict) -> str:
     per_server = topology.get("devices_per_server")
-    if per_server and len({r // per_server for r in ranks}) > 1:
+    if per_server and len({r // per_server for r in group}) > 1:
         return "RDMA"
     return "PCIE" if topology.get("intra") == "pcie" else "HCCS"
 
 
-def _link_series(rows: "Rows") -> dict[tuple[int, int, str], tuple[np.ndarray, ...]]:
-    """Rank-to-rank link rate counters: (src, dst, transport) -> (ts, cumulative bytes,
-    cumulative busy ns) at each change (ts, rate, bytes, busy), for integrating any window with two lookups."""
+def _op_links(links: dict, topology: dict, rank: int, group: list[int], start: int,
+              end: int) -> list[tuple[int, int, str, int, int]]:
+    """The links `rank` sent on during [start, end) of an op among `group`: (src, dst, transport,
+    bytes, busy ns), by destination. The one computation both files' figures come from."""
+    out = []
+    members = set(group)
+    for key in links.get(("sends", rank), ()):
+        src, dst, transport = key
+        if dst in members and dst != rank:
+            nbytes, busy = _window(links[key], start, end)
+            if nbytes > 0:
+                out.append((src, dst, transport, nbytes, busy))
+    per_server = topology.get("devices_per_server")
+    if per_server:
+        server, position = rank // per_server, rank % per_server
+        remote = [d for d in group if d // per_server != server]
+        # HCCL's inter-server plane joins the NPUs in the same position; a flat algorithm any member.
+        plane = [d for d in remote if d % per_server == position] or remote
+        out += _shared(links, ("roce_tx", rank), [(d, ("roce_rx", d)) for d in plane], rank, "RDMA", start, end)
+        if topology.get("intra") == "pcie":
+            local = [d for d in group if d // per_server == server and d != rank]
+            nic = ("roce_tx", rank) if topology.get("roce_over_pcie") else None
+            out += _shared(links, ("pcie_d2h", rank), [(d, ("pcie_h2d", d)) for d in local], rank, "PCIE",
+                           start, end, minus=nic)
+    return sorted(out, key=lambda link: (link[1], TRANSPORTS.index(link[2])))
+
+
+def _shared(links: dict, port: tuple, peers: list[tuple[int, tuple]], rank: int, transport: str, start: int,
+            end: int, minus: tuple | None = None) -> list[tuple[int, int, str, int, int]]:
+    """A sending port's bytes and busy time in the window shared out among its peers, each by the
+    bytes it could have taken from the port (the integral of the smaller of the port's rate and
+    the peer's receiving port's); a link's bandwidth is then the port's mean rate, never above it."""
+    if port not in links or not peers:
+        return []
+    nbytes, busy = _window(links[port], start, end)
+    if minus is not None and minus in links:  # traffic of another transport on the same port
+        nbytes -= _window(links[minus], start, end)[0]
+    if nbytes <= 0:
+        return []
+    weights = np.array([_overlap(links[port], links[rx], start, end) if rx in links else 0.0 for _, rx in peers])
+    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(peers), 1 / len(peers))
+    out = []
+    for (dst, _), w in zip(peers, weights):
+        if round(nbytes * w) > 0:
+            out.append((rank, dst, transport, round(nbytes * w), round(busy * w)))
+    return out
+
+
+def _link_series(rows: "Rows") -> dict[tuple, tuple[np.ndarray, ...]]:
+    """Link rate counters: (src, dst, transport) for a rank-to-rank link, (port, rank) for a
+    rank's own port -> (ts, rate, cumulative bytes, cumulative busy ns) at each change, for
+    integrating any window with two lookups."""
     c = rows.counters
-    c = c[c["name"].str.contains("->", regex=False, na=False)]
-    out = {}
+    c = c[c["name"].str.endswith(" GB/s", na=False)]
+    out: dict[tuple, tuple[np.ndarray, ...]] = {}
     for name, s in c.groupby("name", sort=False):
-        m = _LINK.match(name)
-        if not m:
+        if m := _LINK.match(name):
+            key: tuple = (int(m.group(1)), int(m.group(2)), m.group(3).upper())
+        elif m := _PORT.match(name):
+            key = (m.group(2), int(m.group(1)))
+        else:
             continue
         s = s.sort_values("ts", kind="stable")
         ts, rate = s["ts"].to_numpy(np.int64), s["value"].to_numpy(np.float64)
         span = np.diff(ts)
         cum_bytes = np.concatenate(([0.0], np.cumsum(rate[:-1] * span)))
         cum_busy = np.concatenate(([0], np.cumsum(np.where(rate[:-1] > 0, span, 0))))
-        out[(int(m.group(1)), int(m.group(2)), m.group(3).upper())] = (ts, rate, cum_bytes, cum_busy)
+        out[key] = (ts, rate, cum_bytes, cum_busy)
     return out
 
 
@@ -136,18 +239,24 @@ def _integral(series, at: int) -> tuple[float, int]:
     return float(cum_bytes[i] + rate[i] * dt), int(cum_busy[i] + (dt if rate[i] > 0 else 0))
 
 
-def _matrix_entries(links: dict, rank: int, group: set[int], start: int, end: int, op: str) -> dict[str, Any]:
-    out = {}
-    for (src, dst, transport), series in links.items():
-        if rank not in (src, dst) or src not in group or dst not in group:
-            continue
-        b0, t0 = _integral(series, start)
-        b1, t1 = _integral(series, end)
-        nbytes, busy = b1 - b0, t1 - t0
-        if nbytes <= 0:
-            continue
-        out[f"{src}-{dst}"] = {"Transport Type": transport, "Transit Size(MB)": nbytes / MiB,
-                               "Transit Time(ms)": busy / 1e6,
-                               "Bandwidth(GB/s)": round(nbytes / busy, 4) if busy else 0.0,
-                               "Op Name": op}
-    return out
+def _window(series, start: int, end: int) -> tuple[int, int]:
+    """Bytes (whole) and busy ns of a link over [start, end)."""
+    b0, t0 = _integral(series, start)
+    b1, t1 = _integral(series, end)
+    return round(b1 - b0), t1 - t0
+
+
+def _rate_at(series, at: np.ndarray) -> np.ndarray:
+    ts, rate = series[0], series[1]
+    i = np.searchsorted(ts, at, side="right") - 1
+    return np.where(i >= 0, rate[np.clip(i, 0, None)], 0.0)
+
+
+def _overlap(a, b, start: int, end: int) -> float:
+    """The integral over [start, end) of the smaller of two links' rates."""
+    cuts = np.concatenate(([start, end], a[0], b[0]))
+    cuts = np.unique(cuts[(cuts >= start) & (cuts <= end)])
+    if len(cuts) < 2:
+        return 0.0
+    left = cuts[:-1]
+    return float(np.sum(np.minimum(_rate_at(a, left), _rate_at(b, left)) * np.diff(cuts)))

@@ -1,0 +1,91 @@
+"""communication.json and communication_matrix.json of a 2-server run agree: both come from one
+computation of the links each rank sent on during each op (msprof_py.communication)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msprof_py import prof_dir
+from msprof_py.communication import TRANSPORTS, MiB
+from runtime_emu import scenarios
+
+#: Bytes each rank sent per transport over its 6 ops (3 ReduceScatters, 3 AllGathers of one
+#: step): the intra-server halves over HCCS, the inter-server quarters over the RoCE NIC, as the
+#: link counters integrate them (a few bytes above the buffers' shares: the counters' rates are floats).
+SENT = {"HCCS": 350_236_768, "RDMA": 175_118_350}
+#: What a link at its nominal rate shows: msprof-analyze's bandwidth is MB (2^20 bytes) per ms.
+AT_NOMINAL = {"HCCS": round(28e9 / MiB / 1e3, 4), "RDMA": round(25e9 / MiB / 1e3, 4)}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """4 ranks on 2 servers of 2 NPUs, one decoder layer, one step: the exports read back."""
+    result = scenarios.run("llm-train-2server", steps=1, ranks=4, layers=1, servers=2)
+    prof = prof_dir.new_prof_dir(tmp_path_factory.mktemp("out"))
+    files = {f.name: f for f in prof_dir.write_exports(prof, result.trace, stamp="20250101120000")}
+    comm = json.loads(Path(files["communication.json"]).read_text())
+    matrix = json.loads(Path(files["communication_matrix.json"]).read_text())
+    return comm, matrix, result.trace.meta.extra, result.ground_truth
+
+
+def ops(comm: dict, matrix: dict):
+    """(rank, op, its communication.json entry, its matrix links) for every op of every rank."""
+    assert comm.keys() == matrix.keys()
+    for rank, steps in comm.items():
+        assert steps.keys() == matrix[rank].keys()
+        for step, kinds in steps.items():
+            for kind, entries in kinds.items():
+                assert entries.keys() == matrix[rank][step][kind].keys()
+                for op, entry in entries.items():
+                    yield int(rank), op, entry, matrix[rank][step][kind][op]
+
+
+def test_every_op_has_its_links_on_both_transports(run) -> None:
+    comm, matrix, _, _ = run
+    seen = [(rank, op.split("@")[0], sorted((pair, link["Transport Type"]) for pair, link in links.items()))
+            for rank, op, _, links in ops(comm, matrix)]
+    names = [f"hcom_{n}__{k}" for n in ("reduceScatter", "allGather") for k in range(3)]
+    peer = {0: 1, 1: 0, 2: 3, 3: 2}  # the other NPU of the same server
+    remote = {0: 2, 1: 3, 2: 0, 3: 1}  # the NPU in the same position on the other server
+    assert sorted(seen) == sorted(
+        (r, name, sorted([(f"{r}-{peer[r]}", "HCCS"), (f"{r}-{remote[r]}", "RDMA")])) for r in range(4) for name in names)
+
+
+def test_bytes_per_transport_are_the_matrix_links_sums(run) -> None:
+    comm, matrix, _, truth = run
+    sent: dict[tuple[int, str], int] = {}
+    for rank, op, entry, links in ops(comm, matrix):
+        info = entry["Communication Bandwidth Info"]
+        assert list(info) == list(TRANSPORTS)
+        for transport in TRANSPORTS:
+            mine = [link for link in links.values() if link["Transport Type"] == transport]
+            assert all(link["Op Name"] == op for link in mine)
+            assert info[transport]["Transit Size(MB)"] == sum((link["Transit Size(MB)"] for link in mine), 0.0)
+            assert info[transport]["Transit Time(ms)"] == sum((link["Transit Time(ms)"] for link in mine), 0.0)
+            assert info[transport]["Size Distribution"] == (
+                {f"{mine[0]['Transit Size(MB)']:g}": [1, mine[0]["Transit Time(ms)"]]} if mine else {})
+            sent[rank, transport] = sent.get((rank, transport), 0) + round(info[transport]["Transit Size(MB)"] * MiB)
+    assert sent == {(r, t): SENT.get(t, 0) for r in range(4) for t in TRANSPORTS}
+    # The emulator's own count of what each link moved, to the counters' float rounding.
+    links = truth["hccl"]["link_bytes"]
+    for r in range(4):
+        assert sent[r, "HCCS"] == pytest.approx(sum(v for k, v in links.items() if k.startswith(f"r{r}->")), rel=1e-6)
+        assert sent[r, "RDMA"] == pytest.approx(links[f"r{r}.roce_tx"], rel=1e-6)
+
+
+def test_bandwidth_is_bytes_over_time_and_no_link_beats_its_nominal(run) -> None:
+    comm, matrix, extra, _ = run
+    topo, preset = extra["topology"], extra["preset"]
+    nominal = {"HCCS": topo["hccs_gbps"], "RDMA": topo["roce_gbps"], "PCIE": preset["pcie_gbps"]}
+    for _, _, entry, links in ops(comm, matrix):
+        for info in entry["Communication Bandwidth Info"].values():
+            size, time = info["Transit Size(MB)"], info["Transit Time(ms)"]
+            assert info["Bandwidth(GB/s)"] == (round(size / time, 4) if time else 0.0)
+        for link in links.values():
+            size, time, kind = link["Transit Size(MB)"], link["Transit Time(ms)"], link["Transport Type"]
+            assert link["Bandwidth(GB/s)"] == round(size / time, 4) == AT_NOMINAL[kind]
+            assert size * MiB / (time * 1e6) <= nominal[kind] * (1 + 1e-6)  # bytes per ns: 10^9 bytes/s
+            assert link["Bandwidth(GB/s)"] <= nominal[kind]
