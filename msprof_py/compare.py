@@ -32,13 +32,16 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     cost (by the count, for findings without a cost)."""
     rows = []
     for key, label, scale, higher_better, unit in _METRICS:
-        a, b = _num_or_none(base["summary"].get(key)), _num_or_none(new["summary"].get(key))
-        if a is None and b is None:
+        if _num_or_none(base["summary"].get(key)) is None and _num_or_none(new["summary"].get(key)) is None:
             continue
-        change = None if a in (None, 0) or b is None else (b - a) / abs(a)
-        better = None if change is None or change == 0 else (change > 0) == higher_better
-        rows.append({"metric": label, "base": None if a is None else a * scale, "new": None if b is None else b * scale,
-                     "change": change, "better": better, "unit": unit})
+        rows.append(_metric_row(base, new, key, label, scale, higher_better, unit))
+    many = any((r["summary"].get("rank_steps") or 0) > (r["summary"].get("steps") or 0) for r in (base, new))
+    if many:
+        # Job steps (one step number across ranks) on a multi-rank run: their count, and the slowest.
+        at = next((i + 1 for i, r in enumerate(rows) if r["metric"] == "step time (ms)"), len(rows))
+        rows[at:at] = [_metric_row(base, new, *m) for m in _JOB_METRICS
+                       if _num_or_none(base["summary"].get(m[0])) is not None
+                       or _num_or_none(new["summary"].get(m[0])) is not None]
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for side, rep in (("base", base), ("new", new)):
         for f in rep["findings"]:
@@ -57,7 +60,35 @@ def compare(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         else:
             a, b = (c["base_cost"], c["new_cost"]) if c["unit"] else (c["base_count"], c["new_count"])
             c["status"] = "better" if b < a else "worse" if b > a else "same"
-    return {"metrics": rows, "findings": findings}
+    return {"metrics": rows, "findings": findings, "steps": _job_step_rows(base, new), "multi_rank": many}
+
+
+#: Metric rows of a multi-rank run's job steps (summary key, label, scale, higher is better or None, unit).
+_JOB_METRICS = (("steps", "job steps", 1, None, ""), ("step_time_ns_max", "slowest job step (ms)", 1e-6, False, ""))
+
+
+def _metric_row(base: dict[str, Any], new: dict[str, Any], key: str, label: str, scale: float,
+                higher_better: bool | None, unit: str) -> dict[str, Any]:
+    a, b = _num_or_none(base["summary"].get(key)), _num_or_none(new["summary"].get(key))
+    change = None if a in (None, 0) or b is None else (b - a) / abs(a)
+    better = None if change is None or change == 0 or higher_better is None else (change > 0) == higher_better
+    return {"metric": label, "base": None if a is None else a * scale, "new": None if b is None else b * scale,
+            "change": change, "better": better, "unit": unit}
+
+
+def _job_step_rows(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per job step number of either report (`job_steps`): its time before and after (ns; None
+    where a run has no such step), the change, and the slowest rank of each run."""
+    a = {j["step"]: j for j in base.get("job_steps") or []}
+    b = {j["step"]: j for j in new.get("job_steps") or []}
+    out = []
+    for step in sorted(a.keys() | b.keys()):
+        x, y = a.get(step), b.get(step)
+        ns_a, ns_b = (x or {}).get("step_ns"), (y or {}).get("step_ns")
+        out.append({"step": step, "base_ns": ns_a, "new_ns": ns_b,
+                    "change": None if not ns_a or ns_b is None else (ns_b - ns_a) / ns_a,
+                    "base_slowest_rank": (x or {}).get("slowest_rank"), "new_slowest_rank": (y or {}).get("slowest_rank")})
+    return out
 
 
 _UNIT_ORDER = {"ns": 0, "bytes": 1, "": 2}
@@ -117,7 +148,23 @@ def render_diff(table: dict[str, Any], base: str, new: str) -> Group:
         f.add_row(c["code"], f"{c['base_count']} -> {c['new_count']}",
                   cost_text(c["base_cost"], c["unit"]) if c["base_count"] else "-",
                   cost_text(c["new_cost"], c["unit"]) if c["new_count"] else "-", Text(c["status"], style=style))
-    return Group(t, f)
+    parts = [t]
+    if table.get("multi_rank") and table.get("steps"):
+        s = Table(title="job steps (ms, first rank's start to last rank's end)")
+        for col in ("step", "base", "new", "change", "slowest rank"):
+            s.add_column(col, justify="right")
+        for r in table["steps"]:
+            change = "" if r["change"] is None else pct(r["change"], signed=True)
+            style = "" if not r["change"] else ("green" if r["change"] < 0 else "red")
+            slowest = f"{_or_dash(r['base_slowest_rank'])} -> {_or_dash(r['new_slowest_rank'])}"
+            s.add_row(str(r["step"]), _num(None if r["base_ns"] is None else r["base_ns"] / 1e6),
+                      _num(None if r["new_ns"] is None else r["new_ns"] / 1e6), Text(change, style=style), slowest)
+        parts.append(s)
+    return Group(*parts, f)
+
+
+def _or_dash(v: Any) -> str:
+    return "-" if v is None else str(v)
 
 
 def render_findings(rep: dict[str, Any], title: str) -> Group:

@@ -18,7 +18,7 @@ from analyzers import AnalysisResult, Frames, Severity, run
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
 from analyzers.streams import copy_bandwidth
-from msprof_py import critical
+from msprof_py import critical, summaries
 from msprof_py.breakdown import PARTS, UNCLASSIFIED, evidence_window, host_slices, step_breakdown
 from msprof_py.choices import ReportFormat
 from msprof_py.compare import cost_text, fix_text
@@ -78,6 +78,9 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
     shown = findings[:max(timelines, 0)]
     host = host_slices(frames) if shown else None
     rows = step_breakdown(frames)
+    ranks = summaries.rank_steps(frames.steps)
+    jobs = summaries.job_steps(ranks)
+    summary.update(job_step_summary(jobs, ranks))
     rep = {
         "schema": 1,
         "source_format": trace.meta.source_format,
@@ -92,11 +95,27 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
         "unmapped": [{"count": u.count, "category": u.category, "phases": list(u.phases), "reason": u.reason,
                       "message": u.message} for u in unmapped(trace.table, trace.meta.source_format)],
         "breakdown": rows,
+        "job_steps": jobs.to_dict("records"),
+        "step_table": summaries.step_table(ranks, frames.device_ops).to_dict("records"),
         "critical_path": critical.paths(frames, top=CRITICAL_PATH_OPS),
         "timelines": [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown],
         "metrics": result.metrics,
     }
     return _strict(rep)
+
+
+def job_step_summary(jobs: pd.DataFrame, ranks: pd.DataFrame) -> dict[str, Any]:
+    """The summary's step figures from the job's steps (`summaries.job_steps`): `steps` counts job
+    steps (one step number across ranks), their time (mean, max) runs from the first rank's start
+    to the last rank's end, the throughput is job steps per second of the steps' span;
+    `rank_steps` counts the (rank, step) pairs. Empty without steps. On one rank these are the
+    rank's own steps."""
+    if not len(jobs):
+        return {}
+    durations = jobs["step_ns"].to_numpy(np.int64)
+    span = int(jobs["end_ns"].max() - jobs["start_ns"].min()) or 1
+    return {"steps": int(len(jobs)), "rank_steps": int(len(ranks)), "step_time_ns_mean": float(durations.mean()),
+            "step_time_ns_max": int(durations.max()), "throughput_steps_per_s": float(len(jobs) / (span / 1e9))}
 
 
 def predict_fixes(result: AnalysisResult, frames: Frames) -> None:
@@ -222,6 +241,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         if len(steps) > _TABLE_ROWS:
             lines.append(f"\n({len(steps) - _TABLE_ROWS} more steps in the JSON report)")
         lines.append("")
+    for title, caption, head, cells, more in _step_sections(report):
+        lines += [f"## {title}", "", caption, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in cells]
+        lines += ([f"\n({more} more rows in the JSON report)"] if more else []) + [""]
     lines += _critical_path_md(report.get("critical_path"))
     head, rows = _device_table(report.get("devices") or [])
     if rows:
@@ -238,6 +261,54 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['rank']} | {r['kind']} | {r['count']} | {_gbps(r['gbps_mean'])} | "
                          f"{_gbps(r['gbps_max'])} |")
     return "\n".join(lines) + "\n"
+
+
+#: Up to this many ranks, the step table has a row per rank and step; above it, one per step.
+STEP_TABLE_RANKS = 16
+JOB_STEPS_NOTE = ("A job step is one step number across ranks: from the first rank's start of it to the last "
+                  "rank's end of it. Each rank's own time for the step beside it: the fastest, the median and the "
+                  "slowest rank; the last rank is the one that ended the step.")
+STEP_TABLE_NOTE = ("Each rank's step as msprof-analyze's cluster_step_trace_time.csv splits it: computing (a compute "
+                   "kernel runs), communication not overlapped (a collective runs, no kernel), free (neither) add up "
+                   "to the step time; overlapped is collective time with a kernel running.")
+STEP_TABLE_SUMMARY_NOTE = (STEP_TABLE_NOTE + " More than {n} ranks: per step, the min / median / max over ranks, "
+                           "and the rank with the longest step.")
+_JOB_STEP_HEAD = ("step", "ranks", "job step ms", "rank step ms, min", "median", "max", "slowest rank", "last rank")
+_STEP_TABLE_HEAD = ("rank", "step", "step ms", "computing ms", "communication not overlapped ms", "overlapped ms",
+                    "communication ms", "free ms")
+_STEP_TABLE_PARTS = ("step_ns", "computing_ns", "communication_not_overlapped_ns", "overlapped_ns",
+                     "communication_ns", "free_ns")
+
+
+def _step_sections(report: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...], list[list[str]], int]]:
+    """The job steps and the per-rank step table as (title, caption, head, rows, rows left out),
+    for Markdown and HTML alike; none on a trace without steps. Up to STEP_TABLE_RANKS ranks the
+    step table has a row per rank and step, above it one per step (min / median / max over ranks,
+    'min / median / max' in each cell, and the slowest rank)."""
+    jobs, table = report.get("job_steps") or [], report.get("step_table") or []
+    out = []
+    if jobs:
+        rows = [[str(j["step"]), str(j["ranks"]), _ms(j["step_ns"]), _ms(j["rank_step_ns_min"]),
+                 _ms(j["rank_step_ns_median"]), _ms(j["rank_step_ns_max"]), str(j["slowest_rank"]), str(j["last_rank"])]
+                for j in jobs]
+        out.append(("Job steps", JOB_STEPS_NOTE, _JOB_STEP_HEAD, rows[:_TABLE_ROWS], max(len(rows) - _TABLE_ROWS, 0)))
+    if table:
+        n_ranks = len({r["rank"] for r in table})
+        if n_ranks <= STEP_TABLE_RANKS:
+            rows = [[str(r["rank"]), str(r["step"]), *(_ms(r[c]) for c in _STEP_TABLE_PARTS)] for r in table]
+            out.append(("Step time per rank", STEP_TABLE_NOTE, _STEP_TABLE_HEAD, rows[:_TABLE_ROWS],
+                        max(len(rows) - _TABLE_ROWS, 0)))
+        else:
+            df = pd.DataFrame(table)
+            rows = []
+            for step, g in df.groupby("step", sort=True):
+                slowest = g.sort_values(["step_ns", "rank"], ascending=[False, True], kind="stable").iloc[0]
+                cells = [" / ".join(_ms(v) for v in (g[c].min(), g[c].median(), g[c].max())) for c in _STEP_TABLE_PARTS]
+                rows.append([str(step), str(len(g)), *cells, f"{int(slowest['rank'])} ({_ms(slowest['step_ns'])} ms)"])
+            head = ("step", "ranks", *(f"{h} (min / median / max)" for h in _STEP_TABLE_HEAD[2:]), "slowest rank")
+            out.append(("Step time per rank", STEP_TABLE_SUMMARY_NOTE.format(n=STEP_TABLE_RANKS), head,
+                        rows[:_TABLE_ROWS], max(len(rows) - _TABLE_ROWS, 0)))
+    return out
 
 
 CRITICAL_PATH_NOTE = ("The longest chain of recorded activity through what each task waited for (host calls, "
@@ -278,7 +349,8 @@ def to_html(report: dict[str, Any]) -> str:
         breakdown_rows=[_breakdown_cells(r) for r in (report.get("breakdown") or [])[:_TABLE_ROWS]],
         breakdown_more=max(len(report.get("breakdown") or []) - _TABLE_ROWS, 0), device_head=head, device_rows=rows,
         copies_note=COPIES_NOTE, copies_head=COPIES_HEAD, gbps=_gbps, unmapped_note=UNMAPPED_NOTE,
-        critical_rows=critical.rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE)
+        critical_rows=critical.rows(report.get("critical_path")), critical_note=CRITICAL_PATH_NOTE,
+        step_sections=_step_sections(report))
 
 
 def _script_text(js: str) -> str:
@@ -441,8 +513,11 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = [("span", f"{_ms(s.get('span_ns') or 0)} ms", "first event to last"),
             ("events", f"{s.get('events', 0):,}", ""), ("ranks", str(s.get("ranks", 0)), "")]
     if s.get("steps") is not None:
-        rows += [("steps", str(s["steps"]), "profiler steps"),
-                 ("step time (mean)", _opt(s.get("step_time_ns_mean"), ms), ""),
+        many = (s.get("rank_steps") or 0) > s["steps"]
+        rows += [("steps", str(s["steps"]), f"job steps: one step number across ranks ({s['rank_steps']} rank steps)"
+                  if many else "profiler steps"),
+                 ("step time (mean)", _opt(s.get("step_time_ns_mean"), ms),
+                  "from the first rank's start of a step to the last rank's end of it" if many else ""),
                  ("throughput", _opt(s.get("throughput_steps_per_s"), lambda v: f"{sig(v)} steps/s"), "")]
     util = s.get("device_utilisation_mean")
     if util is not None:
@@ -591,6 +666,10 @@ td.note{color:#666;font-size:90%}table.summary td:nth-child(2){white-space:nowra
 <details><summary>Table</summary><table><tr>{% for h in breakdown_head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for r in breakdown_rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
 {% if breakdown_more %}<p class="caption">{{ breakdown_more }} more steps in the JSON report.</p>{% endif %}</details>{% endif %}
+{% for title, caption, head, rows, more in step_sections %}<h2>{{ title }}</h2><p class="caption">{{ caption }}</p>
+<table class="steps"><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% if more %}<p class="caption">{{ more }} more rows in the JSON report.</p>{% endif %}{% endfor %}
 {% if charts.lost %}{{ chart(charts.lost) }}{% endif %}
 <h2>Findings (most costly first)</h2>
 {% if not report.findings %}<p>No findings.</p>{% endif %}

@@ -340,3 +340,108 @@ def operator_memory(rows: Rows) -> pd.DataFrame:
         "Release Total Reserved(KB)": np.where(ok, _kb(f["reserved"].fillna(f["value"]).fillna(0)), None),
         "Device": [f"NPU:{int(d)}" for d in a["device"]],
     })
+
+
+# ---------------------------------------------------------------------- job steps
+# A step of a multi-rank job is the job's: the same step number on every rank, from the first
+# rank's start of it to the last rank's end of it. Beside it, msprof-analyze's cluster step table:
+# per rank and step, where the rank's step time went (computing, communication not overlapped,
+# overlapped, free). Interval arithmetic over sorted arrays (analyzers.frames.Cover), one pass
+# per rank: no Python loop over events or steps.
+
+RANK_STEP_COLUMNS = ("rank", "step", "start_ns", "end_ns", "step_ns")
+JOB_STEP_COLUMNS = ("step", "start_ns", "end_ns", "step_ns", "ranks", "rank_step_ns_min", "rank_step_ns_median",
+                    "rank_step_ns_max", "slowest_rank", "last_rank")
+STEP_TABLE_COLUMNS = ("rank", "step", "start_ns", "end_ns", "step_ns", "computing_ns",
+                      "communication_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns")
+#: msprof-analyze's `cluster_step_trace_time.csv` header (times in us, one row per rank and step).
+CLUSTER_STEP_TRACE_TIME = ("Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped",
+                           "Communication", "Free", "Stage", "Bubble",
+                           "Communication(Not Overlapped and Exclude Receive)")
+
+
+def rank_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's steps (RANK_STEP_COLUMNS), by rank then step, from step rows (rank, name, ts,
+    end, step: `Frames.steps`): one row per (rank, step number), from its first row's start to its
+    last row's end. A row without a step number takes the one its name ends with (`...#N`), else
+    its order on the rank."""
+    if steps is None or not len(steps):
+        return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in RANK_STEP_COLUMNS})
+    step = pd.to_numeric(steps["step"], errors="coerce") if "step" in steps else pd.Series(np.nan, index=steps.index)
+    if step.isna().any():
+        named = pd.to_numeric(steps["name"].astype(str).str.extract(r"#(\d+)\s*$")[0], errors="coerce")
+        step = step.fillna(named)
+        step = step.fillna(steps.groupby("rank").cumcount().astype(np.float64))
+    df = pd.DataFrame({"rank": steps["rank"].to_numpy(np.int64), "step": step.to_numpy(np.int64),
+                       "start_ns": steps["ts"].to_numpy(np.int64), "end_ns": steps["end"].to_numpy(np.int64)})
+    df = df.groupby(["rank", "step"], sort=True).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+    df = df.reset_index()
+    df["step_ns"] = df["end_ns"] - df["start_ns"]
+    return df[list(RANK_STEP_COLUMNS)].astype(np.int64)
+
+
+def job_steps(ranks: pd.DataFrame) -> pd.DataFrame:
+    """The job's steps (JOB_STEP_COLUMNS) from `rank_steps`: per step number, the first rank's start
+    to the last rank's end, how many ranks ran it, the min / median / max of their own step times,
+    the rank with the longest one (`slowest_rank`, the lowest on a tie) and the rank that ended it
+    (`last_rank`)."""
+    if not len(ranks):
+        return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in JOB_STEP_COLUMNS})
+    g = ranks.groupby("step", sort=True)
+    out = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), ranks=("rank", "size"),
+                rank_step_ns_min=("step_ns", "min"), rank_step_ns_median=("step_ns", "median"),
+                rank_step_ns_max=("step_ns", "max"))
+    slowest = ranks.sort_values(["step", "step_ns", "rank"], ascending=[True, False, True], kind="stable")
+    last = ranks.sort_values(["step", "end_ns", "rank"], ascending=[True, False, True], kind="stable")
+    out["slowest_rank"] = slowest.drop_duplicates("step").set_index("step")["rank"]
+    out["last_rank"] = last.drop_duplicates("step").set_index("step")["rank"]
+    out = out.reset_index()
+    out["step_ns"] = out["end_ns"] - out["start_ns"]
+    return out[list(JOB_STEP_COLUMNS)]
+
+
+def step_table(ranks: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """msprof-analyze's cluster step table (STEP_TABLE_COLUMNS): per rank and step (`rank_steps`),
+    within the rank's step [start, end): computing = time some kernel of the rank runs, communication
+    = time some collective runs, overlapped = both at once, communication not overlapped = a
+    collective with no kernel running, free = neither. So computing + communication not overlapped
+    + free = step time and overlapped <= communication, exactly. `ops`: device ops (rank, kind, ts,
+    end: `Frames.device_ops`)."""
+    from analyzers.frames import Cover  # the analyzers' interval arithmetic, only where the table is built
+
+    out = ranks.copy()
+    parts = {c: np.zeros(len(out), np.int64) for c in ("computing_ns", "communication_ns", "busy_ns")}
+    if len(out) and len(ops):
+        kind = ops["kind"].astype(str).to_numpy()
+        ts_all, end_all = ops["ts"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+        kernel, collective = kind == "kernel", kind == "collective"
+        by_rank = ops.groupby("rank", sort=False).indices
+        for rank, rows in out.groupby("rank", sort=False).indices.items():
+            idx = by_rank.get(rank)
+            if idx is None:
+                continue
+            ts, end, k, c = ts_all[idx], end_all[idx], kernel[idx], collective[idx]
+            w0, w1 = out["start_ns"].to_numpy()[rows], out["end_ns"].to_numpy()[rows]
+            parts["computing_ns"][rows] = Cover(ts[k], end[k]).between(w0, w1)
+            parts["communication_ns"][rows] = Cover(ts[c], end[c]).between(w0, w1)
+            parts["busy_ns"][rows] = Cover(ts[k | c], end[k | c]).between(w0, w1)
+    overlapped = parts["computing_ns"] + parts["communication_ns"] - parts["busy_ns"]
+    out["computing_ns"] = parts["computing_ns"]
+    out["communication_not_overlapped_ns"] = parts["communication_ns"] - overlapped
+    out["overlapped_ns"] = overlapped
+    out["communication_ns"] = parts["communication_ns"]
+    out["free_ns"] = out["step_ns"].to_numpy(np.int64) - parts["busy_ns"]
+    return out[list(STEP_TABLE_COLUMNS)].astype(np.int64)
+
+
+def cluster_step_trace_time(table: pd.DataFrame) -> pd.DataFrame:
+    """`step_table` as msprof-analyze writes `cluster_step_trace_time.csv`: Type "rank", Index the
+    rank, times in us (Stage: the rank's step time; Bubble 0: no pipeline receives are told apart)."""
+    us = {c: table[c].to_numpy(np.int64) / 1000 for c in STEP_TABLE_COLUMNS[4:]}
+    return pd.DataFrame({
+        "Step": table["step"].to_numpy(), "Type": ["rank"] * len(table), "Index": table["rank"].to_numpy(),
+        "Computing": us["computing_ns"], "Communication(Not Overlapped)": us["communication_not_overlapped_ns"],
+        "Overlapped": us["overlapped_ns"], "Communication": us["communication_ns"], "Free": us["free_ns"],
+        "Stage": us["step_ns"], "Bubble": np.zeros(len(table)),
+        "Communication(Not Overlapped and Exclude Receive)": us["communication_not_overlapped_ns"],
+    }, columns=list(CLUSTER_STEP_TRACE_TIME))
