@@ -24,7 +24,7 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 HOST_API_KINDS = ("api", "launch", "sync", "op_compile")
 UNNAMED = "(unnamed)"
 #: The columns `summarize` reads: `info` loads only these from a Parquet table.
-SUMMARY_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "kind", "device", "stream", "bytes", "value")
+SUMMARY_COLUMNS = ("rank", "ph", "name", "cat", "ts", "dur", "kind", "device", "stream", "bytes", "value", "step")
 #: How `info` and the report head the listing of `unmapped`.
 UNMAPPED_TITLE = "not understood, kept only as generic markers (no figure counts them)"
 #: Kernel names run to hundreds of characters; this keeps a top table within 80 columns.
@@ -87,6 +87,12 @@ class Summary:
     peak_memory_bytes: int | None = None
     #: What the importer kept only as generic rows (see `unmapped`), most events first.
     unmapped: tuple[Unmapped, ...] = ()
+    #: The job's steps (one step number across ranks) and their mean time, from the first rank's
+    #: start of a step to the last rank's end of it; `rank_steps` counts (rank, step) pairs. None:
+    #: the trace records no steps.
+    steps: int | None = None
+    rank_steps: int | None = None
+    step_time_ns_mean: float | None = None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data (tuples become lists)."""
@@ -139,7 +145,44 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
         top_host=top_names(HOST_API_KINDS),
         peak_memory_bytes=peak_memory_bytes(table),
         unmapped=unmapped(table, trace.meta.source_format),
+        **job_steps(table, of_kinds(("step",)) & complete, rank, ts, ts + dur),
     )
+
+
+def job_steps(table: pa.Table, rows: np.ndarray, rank: np.ndarray, ts: np.ndarray, end: np.ndarray) -> dict:
+    """`steps`, `rank_steps` and `step_time_ns_mean` of the step `rows` (as msprof_py.summaries'
+    rank_steps / job_steps count them): one (rank, step) from its first row's start to its last
+    row's end; a job step from the first rank's start to the last rank's end. A row without a step
+    number takes its order on its rank. Empty when there are no steps."""
+    if not rows.any():
+        return {}
+    if "step" in table.column_names:
+        step, has_step = _ints(table.column("step"))[rows], _valid(table.column("step"))[rows]
+    else:
+        step, has_step = np.zeros(int(rows.sum()), np.int64), np.zeros(int(rows.sum()), bool)
+    rank, ts, end = rank[rows], ts[rows], end[rows]
+    if not has_step.all():
+        order = np.lexsort((ts, rank))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = rank[order][1:] != rank[order][:-1]
+        start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        ordinal = np.empty(len(order), np.int64)
+        ordinal[order] = np.arange(len(order)) - start
+        step = np.where(has_step, step, ordinal)
+
+    def reduce(keys: list[np.ndarray], lo: np.ndarray, hi: np.ndarray):
+        order = np.lexsort(keys[::-1])
+        ks = [k[order] for k in keys]
+        new = np.zeros(len(order), dtype=bool)
+        new[:1] = True
+        for k in ks:
+            new[1:] |= k[1:] != k[:-1]
+        at = np.flatnonzero(new)
+        return [k[at] for k in ks], np.minimum.reduceat(lo[order], at), np.maximum.reduceat(hi[order], at)
+
+    (pair_rank, pair_step), lo, hi = reduce([rank, step], ts, end)
+    _, job_lo, job_hi = reduce([pair_step], lo, hi)
+    return {"steps": len(job_lo), "rank_steps": len(pair_rank), "step_time_ns_mean": float((job_hi - job_lo).mean())}
 
 
 # ---------------------------------------------------------------- what was not understood
@@ -405,6 +448,12 @@ def render(summary: Summary, title: str | None = None, name_chars: int | None = 
         ("world size", "-" if summary.world_size is None else str(summary.world_size)),
         ("devices", _counted(summary.devices)),
     ]
+    if summary.steps is not None:
+        many = (summary.rank_steps or 0) > summary.steps
+        rows.append(("steps", f"{summary.steps}{(' job step' + 's' * (summary.steps != 1)) if many else ''}, "
+                              f"mean {format_ns(int(summary.step_time_ns_mean or 0))}"
+                              + (f" (first rank's start to last rank's end; {summary.rank_steps} rank steps)"
+                                 if many else "")))
     if summary.skipped_events:
         rows.append(("skipped events", f"{summary.skipped_events:,}"))
     if summary.peak_memory_bytes is not None:

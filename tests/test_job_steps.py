@@ -16,6 +16,7 @@ from analyzers.overview import overview
 from msprof_py import report, summaries
 from msprof_py.compare import compare, render_diff
 from msprof_py.loading import load_any
+from msprof_py.summary import render, summarize
 from msprof_py.trace.units import pct
 from runtime_emu import scenarios
 
@@ -75,6 +76,8 @@ def test_an_8_rank_run_has_3_job_steps_from_first_start_to_last_end(bert):
         min(host[k], key=lambda r: (-r[2], r[0]))[0] for k in (0, 1, 2)]
     assert s["step_time_ns_mean"] == sum(expected) / 3
     assert s["step_time_ns_max"] == max(expected)
+    info = summarize(trace)
+    assert (info.steps, info.rank_steps, info.step_time_ns_mean) == (3, 24, sum(expected) / 3)
     first = min(b for v in host.values() for _, b, _ in v)
     last = max(e for v in host.values() for _, _, e in v)
     assert s["throughput_steps_per_s"] == 3 / ((last - first) / 1e9)
@@ -177,6 +180,8 @@ def test_a_single_rank_keeps_its_own_step_figures():
     for key in ("step_time_ns_mean", "step_time_ns_max", "throughput_steps_per_s"):
         assert s[key] == ov[key], key
     assert "| steps | 4 | profiler steps |" in report.to_markdown(rep)
+    info = summarize(trace)
+    assert (info.steps, info.rank_steps, info.step_time_ns_mean) == (4, 4, ov["step_time_ns_mean"])
     base = compare(rep, rep)
     assert base["multi_rank"] is False and all(r["metric"] != "job steps" for r in base["metrics"])
 
@@ -192,6 +197,14 @@ def test_the_8_rank_dlrm_trace_has_one_job_step(real_traces):
         (10, 147_000, 20_970_000, 20_823_000, 8)
     assert (job["slowest_rank"], job["last_rank"], job["rank_step_ns_max"], job["rank_step_ns_min"]) == \
         (1, 4, 19_901_000, 12_509_000)
+    info = summarize(trace)
+    assert (info.steps, info.rank_steps, info.step_time_ns_mean) == (1, 8, 20_823_000.0)
+    from rich.console import Console
+
+    console = Console(width=120, record=True)
+    console.print(render(info))
+    assert "steps:          1 job step, mean 20.8 ms (first rank's start to last rank's end; 8 rank steps)" in \
+        console.export_text().splitlines()
     table = rep["step_table"]
     assert [r["rank"] for r in table] == list(range(8))
     for r in table:
