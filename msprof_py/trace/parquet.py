@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,21 +46,26 @@ def write_trace(trace: Trace, path: str | Path, *, partition_by_rank: bool | Non
             with atomic_file(path) as tmp:
                 write_parquet_file(table, tmp)
             return path
-        check_trace_directory(path)
-        tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
-        try:
-            ranks = pc.unique(table.column("rank")).to_pylist()
-            for rank in sorted(ranks):
-                part = table.filter(pc.equal(table.column("rank"), rank))
-                (tmpdir / f"rank={rank}").mkdir()
-                write_parquet_file(part, tmpdir / f"rank={rank}" / "part-0.parquet")
-            move_directory_into_place(tmpdir, path)
-        finally:
-            if tmpdir.exists():
-                shutil.rmtree(tmpdir, ignore_errors=True)
+        _write_rank_dirs(path, parent, sorted(pc.unique(table.column("rank")).to_pylist()),
+                         lambda rank, f: write_parquet_file(table.filter(pc.equal(table.column("rank"), rank)), f))
         return path
     except PermissionError:
         raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
+
+
+def _write_rank_dirs(path: Path, parent: Path, ranks: list[int], write: Callable[[int, Path], None]) -> None:
+    """`path` as a rank-partitioned table (rank=R/part-0.parquet, `write(rank, file)` fills each),
+    built in a directory beside it and moved into place at once: no half-written table."""
+    check_trace_directory(path)
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
+    try:
+        for rank in ranks:
+            (tmpdir / f"rank={rank}").mkdir()
+            write(rank, tmpdir / f"rank={rank}" / "part-0.parquet")
+        move_directory_into_place(tmpdir, path)
+    finally:
+        if tmpdir.exists():
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def write_pieces(pieces: list[tuple[Path, int, list[int]]], path: str | Path, meta: TraceMeta, *,
@@ -94,17 +100,13 @@ def write_pieces(pieces: list[tuple[Path, int, list[int]]], path: str | Path, me
                     for rank, f, shift, shared in by_rank:
                         copy(writer, rank, f, shift, shared)
             return path
-        check_trace_directory(path)
-        tmpdir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
-        try:
-            for rank, f, shift, shared in by_rank:
-                (tmpdir / f"rank={rank}").mkdir()
-                with parquet_writer(tmpdir / f"rank={rank}" / "part-0.parquet", schema) as writer:
-                    copy(writer, rank, f, shift, shared)
-            move_directory_into_place(tmpdir, path)
-        finally:
-            if tmpdir.exists():
-                shutil.rmtree(tmpdir, ignore_errors=True)
+        source = {rank: (f, shift, shared) for rank, f, shift, shared in by_rank}
+
+        def write_rank(rank: int, out: Path) -> None:
+            with parquet_writer(out, schema) as writer:
+                copy(writer, rank, *source[rank])
+
+        _write_rank_dirs(path, parent, sorted(source), write_rank)
         return path
     except PermissionError:
         raise MsprofError(f"{path}: permission denied", hint="choose a writable output location") from None
