@@ -219,7 +219,7 @@ def write_exports(prof: str | Path, trace: Trace, *, stamp: str | None = None) -
     The new directory is built beside the old one and swapped in, so a reader sees the old
     exports or the new ones, never a mix.
     """
-    from msprof_py.summaries import CSV_SUMMARIES, summaries  # pandas: only where summaries are written
+    from msprof_py.summaries import CSV_SUMMARIES, cluster_step_table, summaries  # pandas: only here
     from msprof_py.trace.export import export_chrome  # and the exporter
 
     prof = Path(prof)
@@ -233,6 +233,9 @@ def write_exports(prof: str | Path, trace: Trace, *, stamp: str | None = None) -
                 value.to_csv(tmp / f"{name}_{stamp}.csv", index=False)
             else:
                 (tmp / f"{name}.json").write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8")
+        cluster = cluster_step_table(trace)
+        if cluster is not None:  # a job of several ranks: its step table as msprof-analyze names it
+            cluster.to_csv(tmp / "cluster_step_trace_time.csv", index=False)
         os.chmod(tmp, file_mode() | 0o111)
         for f in tmp.iterdir():
             os.chmod(f, file_mode())
@@ -319,6 +322,8 @@ _DESCRIBE = [
     ("operator_memory_*.csv", "every allocation with its size and lifetime"),
     ("communication.json", "per rank, step and HCCL op: time split (transit / wait) and bandwidth"),
     ("communication_matrix.json", "per HCCL op: bytes, time and bandwidth of every rank-to-rank link"),
+    ("cluster_step_trace_time.csv", "a job of several ranks: per rank and step, computing, communication not "
+                                    "overlapped, overlapped, free (us), as msprof-analyze's cluster analysis"),
     ("ground_truth.json", "what the emulator injected (tests and evaluation only; analyzers never read it)"),
     ("report.html", "bottleneck report: findings ranked by time lost, with remedies"),
 ]

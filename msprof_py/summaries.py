@@ -434,6 +434,19 @@ def step_table(ranks: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     return out[list(STEP_TABLE_COLUMNS)].astype(np.int64)
 
 
+def cluster_step_table(trace: Trace) -> pd.DataFrame | None:
+    """`cluster_step_trace_time` of a trace of several ranks (None: one rank, or no steps)."""
+    from analyzers.frames import Frames  # the analyzers' tables, only where the table is built
+
+    if len(pc.unique(trace.table.column("rank"))) < 2:
+        return None
+    frames = Frames(trace)
+    ranks = rank_steps(frames.steps)
+    if not len(ranks):
+        return None
+    return cluster_step_trace_time(step_table(ranks, frames.device_ops))
+
+
 def cluster_step_trace_time(table: pd.DataFrame) -> pd.DataFrame:
     """`step_table` as msprof-analyze writes `cluster_step_trace_time.csv`: Type "rank", Index the
     rank, times in us (Stage: the rank's step time; Bubble 0: no pipeline receives are told apart)."""

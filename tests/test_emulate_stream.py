@@ -68,7 +68,8 @@ def test_export_off_writes_the_raw_data_and_says_how_to_export_later(tmp_path: P
     assert prof_dir.read_status(prof)["command"].endswith("--stream --export off")
     # ... and the later export writes what the run would have.
     written = prof_dir.export(prof)
-    assert len(written) == 11
+    # The 10 summaries and the timeline, and (4 ranks: a job) cluster_step_trace_time.csv.
+    assert len(written) == 12 and "cluster_step_trace_time.csv" in {p.name for p in written}
 
 
 def test_ground_truth_off_keeps_none_and_the_trace_is_unchanged(tmp_path: Path):

@@ -222,3 +222,21 @@ def test_cluster_step_trace_time_has_msprof_analyzes_header(bert, real_traces):
     r0 = rep["step_table"][0]
     assert df.iloc[0][["Step", "Type", "Index"]].tolist() == [0, "rank", 0]
     assert df.iloc[0]["Computing"] == r0["computing_ns"] / 1000 and df.iloc[0]["Stage"] == r0["step_ns"] / 1000
+
+
+def test_the_exports_of_a_job_write_cluster_step_trace_time_csv_and_of_one_rank_do_not(bert, tmp_path):
+    import pandas as pd
+
+    from msprof_py.prof_dir import EXPORT_DIR, write_exports
+
+    trace, rep = bert
+    (tmp_path / "job").mkdir()
+    write_exports(tmp_path / "job", trace)
+    got = pd.read_csv(tmp_path / "job" / EXPORT_DIR / "cluster_step_trace_time.csv")
+    want = summaries.cluster_step_trace_time(pd.DataFrame(rep["step_table"]))
+    assert len(got) == 24 and list(got.columns) == list(summaries.CLUSTER_STEP_TRACE_TIME)
+    assert got[["Step", "Index"]].values.tolist() == want[["Step", "Index"]].values.tolist()
+    assert np.allclose(got[["Computing", "Free", "Stage"]].to_numpy(), want[["Computing", "Free", "Stage"]].to_numpy())
+    (tmp_path / "one").mkdir()
+    write_exports(tmp_path / "one", scenarios.run("yolo-pipeline", seed=0, steps=2).trace)
+    assert not (tmp_path / "one" / EXPORT_DIR / "cluster_step_trace_time.csv").exists()
