@@ -79,6 +79,15 @@ class Dataset:
         return LaneIndex(self.table)
 
     @cached_property
+    def communication_matrix(self) -> dict[str, Any]:
+        """communication_matrix.json of the trace: the links of every op, from the one computation
+        communication.json's figures come from (msprof_py.communication)."""
+        from msprof_py import communication
+        from msprof_py.summaries import Rows
+
+        return communication.summaries(Rows(self.trace))[1]
+
+    @cached_property
     def counters(self):
         from dashboard.lod import CounterIndex
 

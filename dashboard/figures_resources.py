@@ -384,34 +384,38 @@ class Matrix:
     hover: str
 
 
-def link_matrices(series: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]],
-                  ranks: list[int]) -> dict[str, Matrix]:
-    """Bytes each rank-to-rank link carried over the trace (the integral of its rate counter:
-    GB/s is bytes per ns) and its mean rate while busy, summed over link types per pair. NIC
-    links (RoCE) name no peer, so cross-server pairs stay empty."""
+def link_matrices(matrix: dict[str, Any], ranks: list[int]) -> dict[str, Matrix]:
+    """Bytes each rank-to-rank link carried and its bandwidth (bytes over transit time, MB/ms as
+    msprof-analyze gives it), summed over every op of `matrix` (communication_matrix.json as
+    `msprof_py.communication.summaries` makes it: the same links communication.json's figures sum,
+    the NIC's shared out among the peers across servers)."""
     pos = {r: i for i, r in enumerate(ranks)}
-    nbytes = np.zeros((len(ranks), len(ranks)))
-    busy = np.zeros((len(ranks), len(ranks)))
+    size = np.zeros((len(ranks), len(ranks)))
+    time = np.zeros((len(ranks), len(ranks)))
     seen = False
-    for (_rank, name), (ts, value) in series.items():
-        m = PEER_LINK.match(name)
-        if not m or int(m["src"]) not in pos or int(m["dst"]) not in pos or len(ts) < 2:
-            continue
-        dt = np.diff(ts).astype(np.float64)
-        i, j = pos[int(m["src"])], pos[int(m["dst"])]
-        nbytes[i, j] += float((value[:-1] * dt).sum())
-        busy[i, j] += float(dt[value[:-1] > 0].sum())
-        seen = True
+    for steps in matrix.values():
+        for kinds in steps.values():
+            for ops in kinds.values():
+                for pairs in ops.values():
+                    for pair, link in pairs.items():
+                        src, _, dst = pair.partition("-")
+                        if int(src) not in pos or int(dst) not in pos:
+                            continue
+                        i, j = pos[int(src)], pos[int(dst)]
+                        size[i, j] += link["Transit Size(MB)"]
+                        time[i, j] += link["Transit Time(ms)"]
+                        seen = True
     if not seen:
         return {}
-    carried = np.where(nbytes > 0, nbytes, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(busy > 0, nbytes / busy, np.nan)
+        rate = np.where(time > 0, size / time, np.nan)
     return {
-        "bytes": Matrix("bytes", ranks, carried / GiB, "Bytes carried per rank-to-rank link", "GiB",
+        "bytes": Matrix("bytes", ranks, np.where(size > 0, size / 1024, np.nan),
+                        "Bytes sent per rank-to-rank link (communication_matrix.json)", "GiB",
                         "%{y} → %{x}: %{z:,.3f} GiB"),
-        "bandwidth": Matrix("bandwidth", ranks, rate, "Mean rate while busy per rank-to-rank link", "GB/s",
-                            "%{y} → %{x}: %{z:,.2f} GB/s while busy"),
+        "bandwidth": Matrix("bandwidth", ranks, rate,
+                            "Bandwidth per rank-to-rank link: bytes / transit time (communication_matrix.json)",
+                            "GB/s", "%{y} → %{x}: %{z:,.2f} GB/s (MB/ms) while sending"),
     }
 
 

@@ -323,18 +323,25 @@ def test_link_series_are_the_gb_per_s_counters(slow_link):
     assert {s.rank for s in link_series(slow_link.counters.series, [2, 9])} == {2, 9}
 
 
-def test_bytes_matrix_integrates_each_link_counter(slow_link):
-    df = table(slow_link)
-    m = link_matrices(slow_link.counters.series, slow_link.ranks)
+def test_link_matrices_are_communication_matrix_json_summed_over_ops(slow_link):
+    from msprof_py import communication
+    from msprof_py.summaries import Rows
+
+    matrix = communication.summaries(Rows(slow_link.trace))[1]
+    m = link_matrices(slow_link.communication_matrix, slow_link.ranks)
     assert m["bytes"].z.shape == (16, 16) and m["bandwidth"].z.shape == (16, 16)
-    rows = df[(df["kind"] == "counter") & (df["name"] == "r2->r5.hccs GB/s")].sort_values("ts", kind="stable")
-    ts, v = rows["ts"].to_numpy(), rows["value"].to_numpy()
-    expected = sum(v[k] * (ts[k + 1] - ts[k]) for k in range(len(ts) - 1))  # GB/s = bytes per ns
-    assert m["bytes"].z[2, 5] * (1 << 30) == pytest.approx(expected, rel=1e-12)
-    busy = sum(ts[k + 1] - ts[k] for k in range(len(ts) - 1) if v[k] > 0)
-    assert m["bandwidth"].z[2, 5] == pytest.approx(expected / busy, rel=1e-12) == pytest.approx(28.0)
-    # NIC links name no peer: cross-server pairs and the diagonal stay empty.
-    assert np.isnan(m["bytes"].z[0, 8]) and np.isnan(m["bytes"].z[3, 3])
+    # Each cell is the sum over every op of the file's link: the page, the file and
+    # communication.json's per-transport figures are one computation.
+    links = [pairs[p] for steps in matrix.values() for kinds in steps.values() for ops in kinds.values()
+             for pairs in ops.values() for p in pairs if p == "2-5"]
+    assert links and {link["Transport Type"] for link in links} == {"HCCS"}
+    size, time = sum(x["Transit Size(MB)"] for x in links), sum(x["Transit Time(ms)"] for x in links)
+    assert m["bytes"].z[2, 5] == pytest.approx(size / 1024, rel=1e-12)
+    assert m["bandwidth"].z[2, 5] == pytest.approx(size / time, rel=1e-12) == pytest.approx(26.7029, abs=1e-4)
+    # Across servers the NIC's traffic is shared out to the peer in the same position (RDMA); the
+    # slow link (rank 8's NIC at a quarter) shows a quarter of the NIC's 23.8419 MB/ms.
+    assert m["bytes"].z[0, 8] > 0 and m["bandwidth"].z[0, 8] == pytest.approx(23.8419 / 4, abs=1e-3)
+    assert np.isnan(m["bytes"].z[3, 3]) and np.isnan(m["bytes"].z[0, 9])
 
 
 def test_wait_matrix_rows_are_each_ranks_wait_tasks_and_the_column_the_slow_rank(slow_rank):

@@ -60,7 +60,7 @@ def matrices(ds: Dataset, ranks: list[int] | None) -> dict[str, Matrix]:
     wait = wait_matrix(match_collectives(collective_parts(ds.frames)), shown)
     if wait is not None:
         out["wait"] = wait
-    out.update(link_matrices(ds.counters.series, shown))
+    out.update(link_matrices(ds.communication_matrix, shown))
     return out
 
 
