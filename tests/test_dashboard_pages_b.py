@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from dash.exceptions import PreventUpdate
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -39,7 +40,7 @@ from dashboard.figures_resources import (
     rate_steps,
     wait_matrix,
 )
-from dashboard.pages import communication, memory
+from dashboard.pages import communication, memory, overview
 from msprof_py.trace import import_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -491,3 +492,23 @@ def test_browser_shows_trace_text_as_text(dash_duo, kineto):
         # (Counted by script: an empty find_elements would sit out the driver's implicit wait.)
         assert dash_duo.driver.execute_script("return document.querySelectorAll('#page img').length") == 0
     assert app_logs(dash_duo) == []
+
+
+# ---------------------------------------------------------------- overview: step time per rank
+def test_overview_heatmap_is_each_ranks_step_time_and_a_click_opens_that_rank_and_step(store, slow_rank):
+    ids = by_id(page(overview, store, 2))
+    fig = ids["ov-steps-heatmap"].figure
+    heat = fig.data[0]
+    table = {(r["rank"], r["step"]): r for r in slow_rank.report["step_table"]}
+    assert np.asarray(heat.z).shape == (8, 3) and list(heat.y) == [f"r{r}" for r in range(8)]
+    assert list(heat.x) == ["0", "1", "2"]
+    for (rank, step), r in table.items():
+        assert heat.z[rank][step] == r["step_ns"] / 1e6
+        assert list(heat.customdata[rank][step]) == [rank, r["start_ns"], r["end_ns"]]
+    cell = {"points": [{"customdata": list(heat.customdata[3][1])}]}
+    r = table[(3, 1)]
+    assert overview.step_href(2, cell) == f"/timeline?trace=2&rank=3&t0={r['start_ns']}&t1={r['end_ns']}"
+    with pytest.raises(PreventUpdate):
+        overview.step_href(2, {"points": [{}]})
+    # A single rank has no job to split: no heatmap.
+    assert "ov-steps-heatmap" not in by_id(page(overview, store, 0))

@@ -1,11 +1,16 @@
 """Overview: summary metrics, the per-step breakdown (compute / communication / copy / idle by
-cause, the same figure as the HTML report's) and the top findings, each linking to its window."""
+cause, the same figure as the HTML report's), for a job of several ranks its step time per rank
+and step as a heatmap (a click opens that rank and step on the timeline), and the top findings,
+each linking to its window."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import dcc, html
+import numpy as np
+import plotly.graph_objects as go
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 
 from dashboard.pages import common
 from msprof_py.report import breakdown_figure, cause_label
@@ -42,6 +47,14 @@ def layout(store, entry, params: dict[str, Any]):
         parts.append(dcc.Graph(id="ov-breakdown", figure=breakdown_figure(rows), config={"displaylogo": False}))
     else:
         parts.append(html.P("No device work in this trace: there is no per-step breakdown to draw.", className="hint"))
+    table = [r for r in ds.report.get("step_table") or [] if ranks is None or r["rank"] in ranks]
+    if len(ds.ranks) > 1 and table:
+        parts += [html.H3("Step time per rank"),
+                  html.P("Each rank's own time for each job step (its step's start to end); the colours span the "
+                         "fastest to the slowest cell, so small differences show. Click a cell to open that rank "
+                         "and step on the timeline.", className="hint"),
+                  dcc.Graph(id="ov-steps-heatmap", figure=step_heatmap(table), config={"displaylogo": False}),
+                  dcc.Store(id="ov-trace", data=entry.index)]
     parts.append(html.H3("Top findings"))
     parts.append(_top_findings(entry))
     skipped = ds.report.get("skipped") or {}
@@ -78,5 +91,40 @@ def _num(v: float | None, unit: str = "") -> str:
     return "-" if v is None else f"{v:.3g}{unit}"
 
 
+def step_heatmap(table: list[dict[str, Any]]) -> go.Figure:
+    """Ranks (rows, the first at the top) x job steps (columns): each rank's step time (ms), the
+    cell's customdata (rank, start ns, end ns) for the click."""
+    ranks = sorted({int(r["rank"]) for r in table})
+    steps = sorted({int(r["step"]) for r in table})
+    ri, si = {r: i for i, r in enumerate(ranks)}, {s: j for j, s in enumerate(steps)}
+    z = np.full((len(ranks), len(steps)), np.nan)
+    custom = np.zeros((len(ranks), len(steps), 3), dtype=np.int64)
+    for r in table:
+        i, j = ri[int(r["rank"])], si[int(r["step"])]
+        z[i, j] = r["step_ns"] / 1e6
+        custom[i, j] = (int(r["rank"]), int(r["start_ns"]), int(r["end_ns"]))
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[str(s) for s in steps], y=[f"r{r}" for r in ranks], customdata=custom, colorscale="Blues",
+        colorbar={"title": "ms"}, xgap=1, ygap=1,
+        hovertemplate="rank %{y}, step %{x}: %{z:,.3f} ms<extra></extra>"))
+    fig.update_layout(title="Step time per rank and step (ms)", height=min(160 + 22 * len(ranks), 900),
+                      margin={"l": 60, "r": 20, "t": 40, "b": 40}, xaxis_title="step", yaxis_title="rank",
+                      yaxis={"autorange": "reversed", "type": "category"}, xaxis={"type": "category"})
+    return fig
+
+
 def register(app, store) -> None:
-    return None
+    @app.callback(Output("url", "href", allow_duplicate=True), Input("ov-steps-heatmap", "clickData"),
+                  State("ov-trace", "data"), prevent_initial_call=True)
+    def _open_step(click, trace):
+        return step_href(trace, click)
+
+
+def step_href(trace: int | None, click: dict[str, Any] | None) -> str:
+    """The timeline at the clicked cell's rank and step."""
+    point = (click or {}).get("points", [{}])[0]
+    cell = point.get("customdata")
+    if trace is None or not (isinstance(cell, list) and len(cell) == 3):
+        raise PreventUpdate
+    rank, t0, t1 = (int(x) for x in cell)
+    return "/timeline" + common.query(trace=trace, rank=rank, t0=t0, t1=t1)
