@@ -1093,7 +1093,6 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
     slack = np.where(best > lo, node_ts - best, 0)
     if (slack < 0).any():
         raise ValueError(f"the dependency graph puts {int((slack < 0).sum())} node(s) later than they ran")
-    ready = node_ts - slack  # as recorded: when each node's predecessors let it go
     slack[e.no_slack] = 0
     keep = ~np.isnan(e.w)
     resources = [r for r in resources or [] if len(r.start)]
@@ -1126,7 +1125,7 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
     gated: set[int] = set()  # start nodes a model places (a kernel's: when its cores take it)
     for m, r in enumerate(resources):
         np.add.at(indeg_a, r.end, 1)  # a task's end also waits for its model
-        sims.append(r.sim(ready, e.w[r.edge]))
+        sims.append(r.sim(e.w[r.edge]))
         task_of.update(zip(r.start.tolist(), ((m, i) for i in range(len(r.start)))))
         if isinstance(r, Cores):
             gated.update(r.start.tolist())
@@ -1259,7 +1258,7 @@ class Links:
     work: np.ndarray
     edge: np.ndarray
 
-    def sim(self, ready: np.ndarray, dur: np.ndarray) -> _LinkSim:
+    def sim(self, dur: np.ndarray) -> _LinkSim:
         return _LinkSim(self, dur)
 
 
@@ -1391,7 +1390,7 @@ class Cores:
     #: back every kernel's recorded times).
     shared: bool = True
 
-    def sim(self, ready: np.ndarray, dur: np.ndarray) -> _CoreSim:
+    def sim(self, dur: np.ndarray) -> _CoreSim:
         return _CoreSim(self, dur)
 
 
