@@ -35,8 +35,12 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
     "p2p": {op: ...}}}}, the per-rank layout torch_npu writes, one rank per top-level key.
 
     An op is one collective call as its members saw it (same name, start and end on every
-    member); its name is `<name>__<k>@<members>`. Time info comes from the collective slice
-    (transit) and the Notify_Wait before it (waiting for the last member).
+    member); its name is `<name>__<k>@<members>`. Time info is msprof-analyze's split
+    (`time_split`): elapse = the Notify_Wait before the op (waiting for the last member) + the op;
+    wait = that wait and the wait tasks inside the op; synchronization = the opening wait;
+    transit = the time in the op when some link it sent on was busy (the union over its links,
+    from the same counters as its bandwidth), or the op when there are no link counters;
+    idle = elapse - transit - wait. Ratios: wait / (wait + transit), sync / (sync + transit).
 
     The links of an op on a rank (`_op_links`) are the links it sent on, integrated from the
     link-rate counters (`--sys-hardware-mem`) over the op: a counter that names its peer
@@ -61,13 +65,84 @@ def summarize(rows: "Rows") -> dict[str, Any]:
     t = rows.tasks
     coll = t[t["kind"] == "collective"].copy()
     if len(coll):
-        waits = t[(t["kind"] == "wait") & (t["cat"] == "hccl")][["rank", "device", "stream", "ts", "end"]]
-        waits = waits.rename(columns={"ts": "wait_ts", "end": "ts"})
+        hccl_waits = t[(t["kind"] == "wait") & (t["cat"] == "hccl")][["rank", "device", "stream", "ts", "end"]]
+        waits = hccl_waits.rename(columns={"ts": "wait_ts", "end": "ts"})
         coll = coll.merge(waits, on=["rank", "device", "stream", "ts"], how="left").drop_duplicates(
             ["rank", "device", "stream", "ts", "name"])
         coll["wait"] = (coll["ts"] - coll["wait_ts"].fillna(coll["ts"])).astype(np.int64)
-        coll = coll[["rank", "device", "stream", "name", "ts", "end", "dur", "bytes", "step", "wait"]]
+        coll["inner_waits"] = pd.Series(_inner_waits(coll, hccl_waits), index=coll.index, dtype=object)
+        coll = coll[["rank", "device", "stream", "name", "ts", "end", "dur", "bytes", "step", "wait", "inner_waits"]]
     return {"collectives": coll, "links": _link_series(rows)}
+
+
+def _inner_waits(coll: pd.DataFrame, waits: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per collective (in `coll`'s order): the union of the HCCL wait tasks (Notify_Wait) that ran
+    inside it on its rank and device, as merged (starts, ends). Traces that record the op's tasks
+    (torch_npu) have them; a trace with only the op slice has none."""
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    by_key = {k: (g["ts"].to_numpy(np.int64)[o], g["end"].to_numpy(np.int64)[o])
+              for k, g in waits.groupby(["rank", "device"], sort=False)
+              for o in [np.argsort(g["ts"].to_numpy(), kind="stable")]}
+    for rank, device, ts, end in zip(coll["rank"], coll["device"], coll["ts"], coll["end"]):
+        w = by_key.get((rank, device))
+        if w is None:
+            out.append(empty)
+            continue
+        lo, hi = np.searchsorted(w[0], ts, side="left"), np.searchsorted(w[0], end, side="left")
+        s, e = w[0][lo:hi], w[1][lo:hi]
+        inside = e <= end
+        out.append(_merge(s[inside], e[inside]) if inside.any() else empty)
+    return out
+
+
+def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [ts, end) as sorted, disjoint (starts, ends)."""
+    if not len(ts):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = np.argsort(ts, kind="stable")
+    ts, end = np.asarray(ts, np.int64)[o], np.maximum.accumulate(np.asarray(end, np.int64)[o])
+    new = np.concatenate(([True], ts[1:] > end[:-1]))
+    idx = np.flatnonzero(new)
+    return ts[idx], np.append(end[idx[1:] - 1], end[-1])
+
+
+def _length(x: tuple[np.ndarray, np.ndarray]) -> int:
+    return int((x[1] - x[0]).sum())
+
+
+def _minus(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> int:
+    """The length of the union `x` outside the union `y` (both merged)."""
+    if not len(y[0]):
+        return _length(x)
+    overlap = 0
+    for a, b in zip(*x):
+        overlap += int(np.clip(np.minimum(y[1], b) - np.maximum(y[0], a), 0, None).sum())
+    return _length(x) - overlap
+
+
+def time_split(wait_before_ns: int, start: int, end: int, inner_waits: tuple[np.ndarray, np.ndarray],
+               busy: tuple[np.ndarray, np.ndarray] | None) -> dict[str, int]:
+    """msprof-analyze's split of one op's time on one rank (CommAnalyzerTime), in ns.
+
+    elapse = the wait before the op + the op; wait = the Notify_Wait time, before the op and inside
+    it (`inner_waits`, merged); synchronization = the opening wait (before the first transfer);
+    transit = the time inside the op, outside its waits, when at least one link or port the op sent
+    on was busy (`busy`: the union of their busy intervals, merged), or all of the op outside its
+    waits when there are no link counters (`busy` None); idle = elapse - transit - wait (>= 0 by
+    construction, since transit and the inner waits are disjoint parts of the op)."""
+    inner = (np.clip(inner_waits[0], start, end), np.clip(inner_waits[1], start, end))
+    inner_ns = _length(inner)
+    dur = end - start
+    if busy is None:
+        transit = dur - inner_ns
+    else:
+        clipped = _merge(np.clip(busy[0], start, end), np.clip(busy[1], start, end))
+        transit = _minus(clipped, inner)
+    wait = wait_before_ns + inner_ns
+    elapse = wait_before_ns + dur
+    return {"elapse": elapse, "transit": transit, "wait": wait, "synchronization": wait_before_ns,
+            "idle": elapse - transit - wait}
 
 
 def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple[dict, dict]:
@@ -90,16 +165,18 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
     for r in coll.itertuples(index=False):
         step = "step" if pd.isna(r.step) else f"step{int(r.step)}"
         kind = "p2p" if str(r.name).startswith(("hcom_send", "hcom_receive")) else "collective"
-        wait_ms, transit_ms = r.wait / 1e6, r.dur / 1e6
-        time_info = {
-            "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,
-            "Elapse Time(ms)": wait_ms + transit_ms,
-            "Transit Time(ms)": transit_ms, "Wait Time(ms)": wait_ms, "Synchronization Time(ms)": wait_ms,
-            "Idle Time(ms)": 0.0, "Wait Time Ratio": _ratio(wait_ms, transit_ms),
-            "Synchronization Time Ratio": _ratio(wait_ms, transit_ms),
-        }
         group = [int(x) for x in r.group.split("-")]
         sent = _op_links(links, topology, int(r.rank), group, int(r.ts), int(r.end))
+        split = time_split(int(r.wait), int(r.ts), int(r.end), r.inner_waits,
+                           _busy(links, int(r.rank), sent, int(r.ts), int(r.end)) if sent else None)
+        wait_ms, transit_ms, sync_ms = split["wait"] / 1e6, split["transit"] / 1e6, split["synchronization"] / 1e6
+        time_info = {
+            "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,
+            "Elapse Time(ms)": split["elapse"] / 1e6,
+            "Transit Time(ms)": transit_ms, "Wait Time(ms)": wait_ms, "Synchronization Time(ms)": sync_ms,
+            "Idle Time(ms)": split["idle"] / 1e6, "Wait Time Ratio": _ratio(wait_ms, transit_ms),
+            "Synchronization Time Ratio": _ratio(sync_ms, transit_ms),
+        }
         pairs = {f"{src}-{dst}": {"Transport Type": transport, "Transit Size(MB)": nbytes / MiB,
                                   "Transit Time(ms)": busy / 1e6,
                                   "Bandwidth(GB/s)": _gbps(nbytes / MiB, busy / 1e6), "Op Name": r.op}
@@ -110,9 +187,9 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
             nbytes = 0 if pd.isna(r.bytes) else int(r.bytes)
             transport = _transport(group, topology)
             bandwidth = {tr: _bandwidth_entry(0.0, 0.0) for tr in TRANSPORTS}
-            bandwidth[transport] = _bandwidth_entry(nbytes / MiB, transit_ms,
+            bandwidth[transport] = _bandwidth_entry(nbytes / MiB, r.dur / 1e6,
                                                     1.0 if nbytes >= LARGE_PACKET_BYTES[transport] else 0.0)
-            bandwidth[transport]["Size Distribution"] = {f"{nbytes / MiB:g}": [1, transit_ms]} if nbytes else {}
+            bandwidth[transport]["Size Distribution"] = {f"{nbytes / MiB:g}": [1, r.dur / 1e6]} if nbytes else {}
         per_rank = comm.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})
         per_rank[kind][r.op] = {"Communication Time Info": time_info, "Communication Bandwidth Info": bandwidth}
         matrix.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})[kind][r.op] = pairs
@@ -184,6 +261,33 @@ def _op_links(links: dict, topology: dict, rank: int, group: list[int], start: i
             out += _shared(links, ("pcie_d2h", rank), [(d, ("pcie_h2d", d)) for d in local], rank, "PCIE",
                            start, end, minus=nic)
     return sorted(out, key=lambda link: (link[1], TRANSPORTS.index(link[2])))
+
+
+def _busy(links: dict, rank: int, sent: list[tuple[int, int, str, int, int]], start: int,
+          end: int) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the busy intervals (rate > 0) within [start, end) of the series the op's links
+    (`_op_links`) were integrated from: a peer-naming link's own counter, else the sending port
+    it was shared out of (the RoCE NIC for RDMA, the PCIe link for PCIE)."""
+    keys: set[tuple] = set()
+    for src, dst, transport, _, _ in sent:
+        if (src, dst, transport) in links:
+            keys.add((src, dst, transport))
+        elif transport == "RDMA":
+            keys.add(("roce_tx", rank))
+        elif transport == "PCIE":
+            keys.add(("pcie_d2h", rank))
+    starts, ends = [], []
+    for key in keys:
+        ts, rate = links[key][0], links[key][1]
+        if not len(ts):
+            continue
+        nxt = np.append(ts[1:], max(end, int(ts[-1])))  # the last sample's rate holds to the window's end
+        on = (rate > 0) & (nxt > start) & (ts < end)
+        starts.append(np.clip(ts[on], start, end))
+        ends.append(np.clip(nxt[on], start, end))
+    if not starts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return _merge(np.concatenate(starts), np.concatenate(ends))
 
 
 def _shared(links: dict, port: tuple, peers: list[tuple[int, tuple]], rank: int, transport: str, start: int,

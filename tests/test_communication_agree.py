@@ -89,3 +89,27 @@ def test_bandwidth_is_bytes_over_time_and_no_link_beats_its_nominal(run) -> None
             assert link["Bandwidth(GB/s)"] == round(size / time, 4) == AT_NOMINAL[kind]
             assert size * MiB / (time * 1e6) <= nominal[kind] * (1 + 1e-6)  # bytes per ns: 10^9 bytes/s
             assert link["Bandwidth(GB/s)"] <= nominal[kind]
+
+
+def test_time_split_is_msprof_analyzes(run) -> None:
+    """Elapse = the wait before the op + the op = transit + wait + idle; transit is the time some
+    link the op sent on was busy (their union), so links idle during part of the op give idle > 0;
+    synchronization is the opening wait; the ratios are msprof-analyze's."""
+    comm, matrix, _, _ = run
+    idle = []
+    for _, _, entry, links in ops(comm, matrix):
+        t = entry["Communication Time Info"]
+        assert t["Elapse Time(ms)"] == pytest.approx(
+            t["Transit Time(ms)"] + t["Wait Time(ms)"] + t["Idle Time(ms)"], abs=1e-6)
+        assert t["Idle Time(ms)"] >= 0 and t["Transit Time(ms)"] > 0
+        # No wait tasks inside the ops of this run: the only wait is the opening one.
+        assert t["Synchronization Time(ms)"] == t["Wait Time(ms)"]
+        # The union of the links' busy time: at least the busiest link's, at most all of them summed.
+        busy = [link["Transit Time(ms)"] for link in links.values()]
+        assert max(busy) - 1e-6 <= t["Transit Time(ms)"] <= sum(busy) + 1e-6
+        wait, transit, sync = t["Wait Time(ms)"], t["Transit Time(ms)"], t["Synchronization Time(ms)"]
+        assert t["Wait Time Ratio"] == round(wait / (wait + transit), 4)
+        assert t["Synchronization Time Ratio"] == round(sync / (sync + transit), 4)
+        idle.append(t["Idle Time(ms)"])
+    # The links are idle during part of every op (the algorithm's steps wait on their peers' notifies).
+    assert min(idle) > 0
