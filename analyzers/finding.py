@@ -166,8 +166,15 @@ def run(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | 
             continue
         if isinstance(out, tuple):
             out, metrics[name] = out
-        findings.extend(attributed(out, name, platform))
+        findings.extend(attributed(group_across_ranks(out), name, platform))
     return AnalysisResult(findings, skipped, metrics, platform)
+
+
+def group_across_ranks(findings: list[Finding]) -> list[Finding]:
+    """One finding per problem across ranks (analyzers.grouping)."""
+    from analyzers.grouping import group_across_ranks as group
+
+    return group(findings)
 
 
 def attributed(findings: list[Finding], analyzer: str, platform: str) -> list[Finding]:

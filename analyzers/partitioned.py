@@ -30,7 +30,7 @@ import pandas as pd
 from analyzers import bandwidth, links, ranks
 from analyzers.bandwidth import _low_overlap
 from analyzers.causality import collectives
-from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, attributed
+from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, attributed, group_across_ranks
 from analyzers.frames import Frames
 from msprof_py.trace.schema import Trace
 
@@ -165,7 +165,7 @@ def reduce_partitions(partials: list[Partial], names: list[str] | None = None,
             continue
         if isinstance(res, tuple):
             res, metrics[name] = res
-        findings.extend(attributed(res, name, platform))
+        findings.extend(attributed(group_across_ranks(res), name, platform))
     return AnalysisResult(findings, skipped, metrics, platform)
 
 

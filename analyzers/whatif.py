@@ -65,7 +65,7 @@ def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: 
     if name == "priority":  # the starved stream first on its rank's cores
         if finding.rank is None or finding.stream is None:
             return None
-        return Remedy(name, int(finding.stream), (int(finding.rank),))
+        return Remedy(name, int(finding.stream), tuple(sorted({int(finding.rank), *map(int, finding.ranks)})))
     ranks = ranks_of_code.get(finding.code, set())
     if not ranks or ranks >= all_ranks:
         return Remedy(name)

@@ -388,11 +388,15 @@ def test_emulated_prefetch_beside_collectives_on_pcie():
     from runtime_emu import scenarios
 
     r = scenarios.run("bert-train-dp", switches=["bandwidth-contention"], seed=0)
-    got = {f.rank: f for f in findings(run(r.trace, ["bandwidth"]), "BANDWIDTH_CONTENTION")}
+    # The same problem on every rank: one finding, its occurrences per rank.
+    f, = findings(run(r.trace, ["bandwidth"]), "BANDWIDTH_CONTENTION")
+    assert sorted([f.rank, *f.ranks]) == sorted({p["where"]["rank"] for p in r.ground_truth["problems"]})
+    assert f.severity == Severity.CRITICAL
     for p in r.ground_truth["problems"]:
         e = p["expected"]
-        f = got[p["where"]["rank"]]
-        assert {o["stream"] for o in f.occurrences} == {p["where"]["stream"]}
+        occ = [o for o in f.occurrences if o["rank"] == p["where"]["rank"]]
+        lost = sum(o["lost_ns"] for o in occ)
+        assert {o["stream"] for o in occ} == {p["where"]["stream"]}
         # The prefetch copies run back to back on one stream beside the all-reduces on the rank's
         # critical path: their delays add up, as far as the cores waited through them (overhang
         # past the alone time with no kernel running), which is also the emulator's measure.
@@ -401,11 +405,12 @@ def test_emulated_prefetch_beside_collectives_on_pcie():
         kernels = mine[mine["kind"] == "kernel"]
         victims = mine[(mine["kind"] == "memcpy") & (mine["stream"] == p["where"]["stream"])]
         stalled = sum(_idle_within(kernels, ts + e["alone_ns"], ts + dur) for ts, dur in zip(victims["ts"], victims["dur"]))
-        assert 0 < f.lost_ns <= e["copies"] * (e["mean_copy_ns"] - e["alone_ns"]) * 1.02
-        assert f.lost_ns == pytest.approx(stalled, rel=0.02) == e["cost"]["ns"]
-        # Over 10% of the device's time, by the emulator's measure and the finding's alike.
+        assert 0 < lost <= e["copies"] * (e["mean_copy_ns"] - e["alone_ns"]) * 1.02
+        assert lost == pytest.approx(stalled, rel=0.02) == e["cost"]["ns"]
+        # Over 10% of the device's time, by the emulator's measure.
         assert e["cost"]["share"] >= 0.10
-        assert f.severity == Severity.CRITICAL
+        # The job loses no more than its worst rank in any one stretch of time.
+        assert f.lost_ns >= lost
 
 
 @pytest.mark.parametrize("name", ["queue_16rank_rank0", "nccl_2rank_rank0", "ns_resolution_rank0",

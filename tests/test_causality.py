@@ -487,7 +487,9 @@ def test_a_collective_records_its_buffers_so_an_allreduce_racing_the_backward_is
     coll = kinds[kinds["corr"].isin(Frames(racy).device_ops.query("kind == 'collective'")["corr"])]
     assert sorted(set(coll["kind"].astype(str))) == ["mem_read", "mem_write"]
     found = [f for f in analyzers.run(racy, ["sync"]).findings if f.code == "MISSING_SYNC"]
-    # Per rank, the comm stream read the bucket the compute stream was writing: one finding each.
-    assert sorted((f.rank, f.stream) for f in found) == [(0, 2), (1, 2)]
+    # On each rank the comm stream read the bucket the compute stream was writing: one problem,
+    # found on both ranks, one finding with an occurrence per rank.
+    assert [(f.rank, f.ranks, f.stream) for f in found] == [(0, [1], 2)]
+    assert sorted({(o["rank"], o["stream"]) for o in found[0].occurrences}) == [(0, 2), (1, 2)]
     ordered = _allreduce_program(wait=True)
     assert [f for f in analyzers.run(ordered, ["sync"]).findings if f.code == "MISSING_SYNC"] == []

@@ -31,23 +31,29 @@ CASES = {
     "per-rank": ("bert-train-dp", ["leak", "bandwidth-contention"], {"ranks": 4, "steps": 5, "layers": 1}),
     "12-ranks": ("llm-train-2server", ["slow-rank"], {"ranks": 12, "steps": 2, "layers": 1, "servers": 2}),
 }
-#: The findings each case must give (code, rank, device, stream), in the whole-trace run's order.
-def bubbles(codes, ranks=range(4), device=lambda r: r):
-    return [(code, r, device(r), 1) for r in ranks for code in codes]
+#: The findings each case must give (code, rank, device, stream, the other ranks), in the whole-trace
+#: run's order: a problem found on several ranks is one finding led by the rank it costs most.
+R4 = [0, 1, 2, 3]
 
 
-SYNC = [("SYNC_STALL", r, None, None) for r in range(4)]
-LAUNCH = [("LAUNCH_BOUND", r, r, 1) for r in range(4)]
+def others(lead, ranks=R4):
+    return [r for r in ranks if r != lead]
+
+
+R12 = list(range(12))
 EXPECTED = {
-    "slow-rank": [("LOW_OVERLAP", 0, None, None),
-                  *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_DATA", "BUBBLE_SYNC")), *LAUNCH,
-                  ("SLOW_LINK", 1, None, None), ("SLOW_RANK", 3, 3, None), *SYNC],
-    "per-rank": [*[("BANDWIDTH_CONTENTION", r, r, None) for r in range(4)], ("LOW_OVERLAP", 1, None, None),
-                 *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY", "BUBBLE_SYNC")), *LAUNCH, ("MEMORY_LEAK", 3, 3, None),
-                 *SYNC],
-    "12-ranks": [("LOW_OVERLAP", 11, None, None),
-                 *bubbles(("BUBBLE_COLLECTIVE", "BUBBLE_COPY"), range(12), lambda r: r % 6),
-                 ("SLOW_RANK", 9, 3, None), *[("SYNC_STALL", r, None, None) for r in range(12)]],
+    "slow-rank": [("LOW_OVERLAP", 0, None, None, others(0)), ("BUBBLE_COLLECTIVE", 0, 0, 1, others(0)),
+                  ("BUBBLE_COPY", 0, 0, 1, others(0)), ("BUBBLE_DATA", 2, 2, 1, others(2)),
+                  ("BUBBLE_SYNC", 0, 0, 1, others(0)), ("LAUNCH_BOUND", 0, 0, 1, others(0)),
+                  ("SLOW_LINK", 1, None, None, []), ("SLOW_RANK", 3, 3, None, others(3)),
+                  ("SYNC_STALL", 0, None, None, others(0))],
+    "per-rank": [("BANDWIDTH_CONTENTION", 0, 0, None, others(0)), ("LOW_OVERLAP", 1, None, None, others(1)),
+                 ("BUBBLE_COLLECTIVE", 1, 1, 1, others(1)), ("BUBBLE_COPY", 0, 0, 1, others(0)),
+                 ("BUBBLE_SYNC", 2, 2, 1, others(2)), ("LAUNCH_BOUND", 0, 0, 1, others(0)),
+                 ("MEMORY_LEAK", 3, 3, None, []), ("SYNC_STALL", 0, None, None, others(0))],
+    "12-ranks": [("LOW_OVERLAP", 11, None, None, others(11, R12)), ("BUBBLE_COLLECTIVE", 7, 1, 1, others(7, R12)),
+                 ("BUBBLE_COPY", 0, 0, 1, others(0, R12)), ("SLOW_RANK", 9, 3, None, others(9, R12)),
+                 ("SYNC_STALL", 0, None, None, others(0, R12))],
 }
 
 
@@ -69,7 +75,7 @@ def cluster():
 
 
 def where(result):
-    return [(f.code, f.rank, f.device, f.stream) for f in result.findings]
+    return [(f.code, f.rank, f.device, f.stream, f.ranks) for f in result.findings]
 
 
 def plain(o):
