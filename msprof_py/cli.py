@@ -416,7 +416,7 @@ def critical_path_cmd(
         _show((render_steps if per_step else render)(summary, str(trace_path)))
 
 
-@app.command("cluster", short_help="Cluster analyses of a job: step table, slow ranks, slow links.")
+@app.command("cluster", short_help="Cluster analyses: job steps, slow ranks, slow links.")
 def cluster_cmd(
     trace_path: TraceArg,
     fmt: Annotated[Optional[OutputFormat], typer.Option(
