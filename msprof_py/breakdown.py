@@ -136,12 +136,13 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
     margin = max((h1 - h0) // 4, 50_000)
     s0, s1 = frames.span
     t0, t1 = max(h0 - margin, min(s0, h0)), min(h1 + margin, max(s1, h1))
+    ranks = finding_ranks(finding, rank)
     ops = frames.device_ops
     d = ops[(ops["ts"].to_numpy() < t1) & (ops["end"].to_numpy() > t0)
-            & ((ops["rank"].to_numpy() == rank) if rank is not None else True)]
+            & (np.isin(ops["rank"].to_numpy(), ranks) if ranks else True)]
     host = host_slices(frames) if host is None else host
     h = host[(host["ts"].to_numpy() < t1) & (host["end"].to_numpy() > t0)
-             & ((host["rank"].to_numpy() == rank) if rank is not None else True)]
+             & (np.isin(host["rank"].to_numpy(), ranks) if ranks else True)]
     is_dev = np.concatenate([np.zeros(len(h), bool), np.ones(len(d), bool)])
     ts = np.concatenate([h["ts"].to_numpy(np.int64), d["ts"].to_numpy(np.int64)])
     dur = np.concatenate([h["dur"].to_numpy(np.int64), d["dur"].to_numpy(np.int64)])
@@ -153,7 +154,10 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
         keep = keep[np.argsort(ts[keep], kind="stable")]
     hk, dk = keep[~is_dev[keep]], keep[is_dev[keep]] - len(h)
     hh, dd = h.iloc[hk], d.iloc[dk]
-    multi = (pd.concat([hh["rank"], dd["rank"]]).nunique() > 1) or dd["device"].nunique() > 1
+    # Lanes name their rank whenever the trace has more than one (and their device when the
+    # events shown span devices): a lane of a job's trace says where it is.
+    multi = (frames.device_ops["rank"].nunique() > 1 or pd.concat([hh["rank"], dd["rank"]]).nunique() > 1
+             or dd["device"].nunique() > 1)
     events = []
     for r in hh.itertuples(index=False):
         events.append({"lane": (f"r{r.rank} " if multi else "") + f"host {r.tid}", "name": str(r.name),
@@ -167,7 +171,7 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
                        key=lambda x: [int(t) if t.isdigit() else t for t in x.replace("r", " ").replace("d", " ").split()])
     events.sort(key=lambda e: e["ts"])
     return {"start_ns": int(t0), "end_ns": int(t1), "highlight_start_ns": int(h0), "highlight_end_ns": int(h1),
-            "source": source, "rank": rank, "lanes": host_lanes + dev_lanes, "events": events,
+            "source": source, "rank": rank, "ranks": ranks, "lanes": host_lanes + dev_lanes, "events": events,
             "dropped": int(total - len(keep))}
 
 
@@ -183,6 +187,23 @@ def host_slices(frames: Frames) -> pd.DataFrame:
     df["dur"] = df["dur"].fillna(0).astype(np.int64)
     df["end"] = df["ts"] + df["dur"]
     return df.reset_index(drop=True)
+
+
+#: At most this many ranks in a cross-rank finding's evidence timeline.
+EVIDENCE_RANKS = 8
+
+
+def finding_ranks(f: dict[str, Any], lead: Any = None, cap: int | None = EVIDENCE_RANKS) -> list[int]:
+    """The ranks a finding involves, to show together: its (or its window's, `lead`) rank first,
+    then the ranks its evidence and occurrences name, then the other ranks it lists (a
+    straggler's waiting ranks, the other ranks of a problem found on several); at most `cap`.
+    Empty when it names no rank (every rank is shown)."""
+    out: list[int] = []
+    for r in [lead, f.get("rank"), *[e.get("rank") for e in f.get("evidence") or [] if isinstance(e, dict)],
+              *[o.get("rank") for o in f.get("occurrences") or [] if isinstance(o, dict)], *(f.get("ranks") or [])]:
+        if r is not None and int(r) not in out:
+            out.append(int(r))
+    return out[:cap] if cap else out
 
 
 def finding_window(f: dict[str, Any], span: tuple[int, int]) -> tuple[int, int, Any, str] | None:

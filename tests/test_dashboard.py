@@ -305,8 +305,10 @@ def test_clicking_a_finding_opens_the_timeline_on_its_window(dash_duo, store):
     origin = ds.span[0]
     assert st["range"] == pytest.approx([(a - origin) / 1e6, (b - origin) / 1e6])
     assert dash_duo.find_element("#tl-finding").text.startswith(f"#1 {f['code']}:")
-    # The view opens on the finding's rank.
-    assert dash_duo.find_element("#rank-select").text.startswith(f"rank {f['rank']}")
+    # The view opens on every rank the finding involves (a problem found on all the job's ranks).
+    involved = sorted({f["rank"], *f["ranks"]})
+    assert len(involved) > 1
+    assert dash_duo.find_element("#rank-select").text.startswith("".join(f"rank {r}" for r in involved))
     assert console_errors(dash_duo) == []
 
 

@@ -512,3 +512,49 @@ def test_overview_heatmap_is_each_ranks_step_time_and_a_click_opens_that_rank_an
         overview.step_href(2, {"points": [{}]})
     # A single rank has no job to split: no heatmap.
     assert "ov-steps-heatmap" not in by_id(page(overview, store, 0))
+
+
+def test_overview_shows_the_communication_matrix_the_communication_page_draws(store, slow_link):
+    ids = by_id(page(overview, store, 1))
+    z = np.asarray(ids["ov-comm-matrix"].figure.data[0].z, dtype=float)
+    expected = link_matrices(slow_link.communication_matrix, slow_link.ranks)["bytes"].z
+    np.testing.assert_array_equal(z, expected)
+    # 16 ranks on two servers: traffic between the servers is on it (rank 0 and 8 are peers over RoCE).
+    assert z.shape == (16, 16) and z[0, 8] > 0 and z[8, 0] > 0
+    # One rank: no matrix.
+    assert "ov-comm-matrix" not in by_id(page(overview, store, 0))
+
+
+def test_a_cross_rank_finding_opens_the_timeline_with_every_rank_it_involves(store, slow_rank):
+    from dashboard.pages import timeline
+
+    (i,) = [i for i, f in enumerate(slow_rank.findings) if f["code"] == "SLOW_RANK"]
+    f = slow_rank.findings[i]
+    assert f["rank"] == 3 and f["ranks"] == [0, 1, 2, 4, 5, 6, 7]
+    state = by_id(page(timeline, store, 2, finding=str(i)))["tl-state"].data
+    assert state["ranks"] == list(range(8))  # the straggler and the ranks that waited for it
+    # A finding of one rank still opens on its rank alone; a rank the URL names wins.
+    (j,) = [j for j, g in enumerate(slow_rank.findings) if g["code"] == "BUBBLE_DATA"] or [None]
+    if j is not None:
+        g = slow_rank.findings[j]
+        expected = sorted({g["rank"], *g["ranks"]})
+        assert by_id(page(timeline, store, 2, finding=str(j)))["tl-state"].data["ranks"] == expected
+    assert by_id(page(timeline, store, 2, finding=str(i), rank="3"))["tl-state"].data["ranks"] == [3]
+
+
+def test_evidence_timelines_of_a_job_name_the_rank_of_every_lane(slow_rank):
+    from msprof_py.breakdown import evidence_window, finding_ranks
+
+    (f,) = [f for f in slow_rank.findings if f["code"] == "SLOW_RANK"]
+    assert finding_ranks(f) == [3, 0, 1, 2, 4, 5, 6, 7]
+    w = evidence_window(slow_rank.frames, f)
+    assert w["ranks"][0] == 3 and set(w["ranks"]) == set(range(8))
+    assert all(re.match(r"r\d+ ", lane) for lane in w["lanes"])
+    shown = {int(re.match(r"r(\d+) ", e["lane"]).group(1)) for e in w["events"]}
+    assert 3 in shown and len(shown) > 1  # the straggler and ranks that waited for it
+    # A finding on one rank of the job: its lanes still say which rank.
+    g = next(g for g in slow_rank.findings if g["code"] == "BUBBLE_COLLECTIVE")
+    one = {**g, "ranks": [], "evidence": [e for e in g["evidence"] if e["rank"] == g["rank"]],
+           "occurrences": [o for o in g["occurrences"] if o["rank"] == g["rank"]]}
+    lanes = evidence_window(slow_rank.frames, one)["lanes"]
+    assert lanes and all(re.match(rf"r{one['rank']} ", lane) for lane in lanes)

@@ -1,6 +1,7 @@
 """Overview: summary metrics, the per-step breakdown (compute / communication / copy / idle by
 cause, the same figure as the HTML report's), for a job of several ranks its step time per rank
-and step as a heatmap (a click opens that rank and step on the timeline), and the top findings,
+and step as a heatmap (a click opens that rank and step on the timeline) and the bytes each rank
+sent each other (the communication matrix), and the top findings,
 each linking to its window."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
+from dashboard.figures_resources import link_matrices, matrix_figure
 from dashboard.pages import common
 from msprof_py.report import breakdown_figure, cause_label
 
@@ -55,6 +57,8 @@ def layout(store, entry, params: dict[str, Any]):
                          "and step on the timeline.", className="hint"),
                   dcc.Graph(id="ov-steps-heatmap", figure=step_heatmap(table), config={"displaylogo": False}),
                   dcc.Store(id="ov-trace", data=entry.index)]
+    if len(ds.ranks) > 1:
+        parts += _communication_matrix(entry, ranks)
     parts.append(html.H3("Top findings"))
     parts.append(_top_findings(entry))
     skipped = ds.report.get("skipped") or {}
@@ -62,6 +66,22 @@ def layout(store, entry, params: dict[str, Any]):
         parts.append(html.Details([html.Summary(f"{len(skipped)} analyzers had nothing to work on"),
                                    html.Ul([html.Li(f"{k}: {v}") for k, v in sorted(skipped.items())])]))
     return html.Div(parts)
+
+
+def _communication_matrix(entry, ranks: list[int] | None) -> list:
+    """The bytes each rank sent to each other rank (communication_matrix.json, the figures the
+    Communication page and communication.json share), with a link to that page; nothing when the
+    trace records no link traffic."""
+    ds = entry.dataset
+    shown = ranks if ranks is not None else ds.ranks
+    m = link_matrices(ds.communication_matrix, shown).get("bytes")
+    if m is None:
+        return []
+    return [html.H3("Communication matrix"),
+            html.P(["Bytes each rank sent to each other rank over the run (communication_matrix.json). ",
+                    dcc.Link("Communication", href="/communication" + common.query(trace=entry.index)),
+                    " has its bandwidth, the waits between ranks and the findings about them."], className="hint"),
+            dcc.Graph(id="ov-comm-matrix", figure=matrix_figure(m), config={"displaylogo": False})]
 
 
 def _top_findings(entry) -> html.Div:

@@ -23,7 +23,7 @@ from dash.exceptions import PreventUpdate
 from dashboard.data import Dataset, Store
 from dashboard.figures import Highlight, Marker, timeline_figure
 from dashboard.pages import common
-from msprof_py.breakdown import finding_window
+from msprof_py.breakdown import finding_ranks, finding_window
 from msprof_py.compare import fix_text
 
 PATH = "/timeline"
@@ -42,10 +42,11 @@ def finding_highlight(ds: Dataset, index: int | None) -> tuple[Highlight | None,
     w = finding_window(f, ds.span)
     if w is None:
         return None, f
+    ranks = finding_ranks(f, w[2], cap=None)  # every rank it involves is on screen
     occ = [(int(o["ts_ns"]), int(o["ts_ns"]) + int(o.get("dur_ns") or 0)) for o in f.get("occurrences") or []
-           if o.get("ts_ns") is not None and (w[2] is None or o.get("rank") in (None, w[2]))]
+           if o.get("ts_ns") is not None and (not ranks or o.get("rank") is None or o.get("rank") in ranks)]
     evidence = [e for e in f.get("evidence") or [] if isinstance(e, dict)
-                and (w[2] is None or e.get("rank") in (None, w[2]))]
+                and (not ranks or e.get("rank") is None or e.get("rank") in ranks)]
     return Highlight(w[0], w[1], occ, label=f"#{index + 1} {f['code']}", evidence=evidence), f
 
 
@@ -72,9 +73,13 @@ def layout(store: Store, entry, params: dict[str, Any]):
     h, f = finding_highlight(ds, common.int_param(params, "finding"))
     ranks = common.ranks_param(params, entry, default_all=False)
     if "rank" not in params and f is not None:
+        # A finding opens with every rank it involves: a straggler with the ranks that waited for
+        # it, a problem found on several ranks with each of them.
         w = finding_window(f, ds.span)
-        if w is not None and w[2] is not None and w[2] in ds.ranks:
-            ranks = [int(w[2])]
+        if w is not None:
+            involved = [r for r in finding_ranks(f, w[2], cap=None) if r in ds.ranks]
+            if involved:
+                ranks = sorted(involved)
     t0, t1 = common.int_param(params, "t0"), common.int_param(params, "t1")
     if t0 is None or t1 is None or t1 <= t0:
         t0, t1 = padded(h.start_ns, h.end_ns, ds.span) if h is not None else ds.span
