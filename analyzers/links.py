@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.causality import idle_by_rank
+from analyzers.comm_links import one_series, window
 from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames
 from analyzers.severity import severity
@@ -67,11 +68,13 @@ def summarize(frames: Frames) -> dict:
         m = _LINK.match(name)
         if not m or not nominal.get(m["type"]):
             continue
-        g = g.sort_values("ts", kind="stable")
-        ts, val = g["ts"].to_numpy(), g["value"].to_numpy(dtype=np.float64)
-        busy = float(((np.diff(ts)) * (val[:-1] > 0)).sum()) if len(ts) > 1 else 0.0
+        series = one_series(g["ts"].to_numpy(np.int64), g["value"].to_numpy(dtype=np.float64))
+        ts, val = series[0], series[1]
+        # The bytes and busy time communication_matrix.json's links of this counter sum to (one integration).
+        nbytes, busy = window(series, int(ts[0]), int(ts[-1]))
         links.append((name, {"link": name[:-5], "rank": int(m["rank"]), "best": float(val.max()),
-                             "nominal": float(nominal[m["type"]]), "busy": busy, "t0": int(ts[0]), "t1": int(ts[-1])}))
+                             "nominal": float(nominal[m["type"]]), "busy": float(busy), "bytes": int(nbytes),
+                             "t0": int(ts[0]), "t1": int(ts[-1])}))
     return {"counters": True, "links": links, "idle": idle}
 
 
@@ -82,7 +85,8 @@ def reduce(summaries: list[dict], cfg: LinkConfig):
     metrics, slow = [], []
     for _name, link in sorted((x for s in summaries for x in s["links"]), key=lambda x: x[0]):
         best, nom, busy = link["best"], link["nominal"], link["busy"]
-        metrics.append({"link": link["link"], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy)})
+        metrics.append({"link": link["link"], "best_gbps": round(best, 4), "nominal_gbps": nom, "busy_ns": int(busy),
+                        "bytes": link["bytes"]})
         if busy >= cfg.min_busy_ns and best < cfg.slow_ratio * nom:
             slow.append(link)
     # Links capped at the same rate are one fault seen from both ends (a flow crossing a slow link
@@ -105,12 +109,15 @@ def reduce(summaries: list[dict], cfg: LinkConfig):
             message=(f"{names_} never exceeded {sig(best)} GB/s of the nominal {sig(nom)} GB/s over "
                      f"{ms(busy)} of traffic" + (" (one fault seen from both ends of the path)"
                                                            if len(links) > 1 else "")
+                     + f", the busiest carrying {sig(max(link['bytes'] for link in links) / 2**20)} MB"
                      + f"; {ms(exposed)} of transfer left the device idle, at nominal {ms(lost)} less "
                        f"({pct(lost / step_ns)} of the step time)"),
             rank=min(link["rank"] for link in links), ts_ns=min(link["t0"] for link in links),
             dur_ns=max(link["t1"] for link in links) - min(link["t0"] for link in links),
             metric="best_over_nominal", value=round(best / nom, 4), threshold=cfg.slow_ratio,
             lost_ns=lost,
-            evidence=[{"link": link["link"], "rank": link["rank"], "best_gbps": link["best"], "nominal_gbps": nom}
+            evidence=[{"link": link["link"], "rank": link["rank"], "best_gbps": link["best"], "nominal_gbps": nom,
+                       "bytes": link["bytes"], "busy_ns": int(link["busy"]),
+                       "gbps": round(link["bytes"] / link["busy"], 4) if link["busy"] else 0.0}
                       for link in links]))
     return findings, {"links": metrics}

@@ -11,11 +11,13 @@ Transit Size(MB) / Transit Time(ms) (MB = 2^20 bytes), in both files.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from analyzers.comm_links import link_series
+from analyzers.comm_links import window as _window
 
 if TYPE_CHECKING:
     from msprof_py.summaries import Rows
@@ -24,10 +26,7 @@ MiB = 1024 * 1024
 TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA")
 #: msprof-analyze's small-packet limits (DOMAIN.md §3): below these a transfer is "small".
 LARGE_PACKET_BYTES = {"RDMA": 1 * MiB, "HCCS": 16 * MiB, "PCIE": 16 * MiB, "SDMA": 16 * MiB}
-#: A rank-to-rank link's rate counter ("r0->r1.hccs GB/s"): it names its peer.
-_LINK = re.compile(r"^r(\d+)->r(\d+)\.(\w+) GB/s$")
-#: A rank's own port ("r8.roce_tx GB/s", "r0.d0.pcie_d2h GB/s"): it names no peer.
-_PORT = re.compile(r"^r(\d+)(?:\.d\d+)?\.(roce_tx|roce_rx|pcie_d2h|pcie_h2d) GB/s$")
+
 
 
 def summaries(rows: "Rows") -> tuple[dict, dict]:
@@ -312,42 +311,9 @@ def _shared(links: dict, port: tuple, peers: list[tuple[int, tuple]], rank: int,
 
 
 def _link_series(rows: "Rows") -> dict[tuple, tuple[np.ndarray, ...]]:
-    """Link rate counters: (src, dst, transport) for a rank-to-rank link, (port, rank) for a
-    rank's own port -> (ts, rate, cumulative bytes, cumulative busy ns) at each change, for
-    integrating any window with two lookups."""
-    c = rows.counters
-    c = c[c["name"].str.endswith(" GB/s", na=False)]
-    out: dict[tuple, tuple[np.ndarray, ...]] = {}
-    for name, s in c.groupby("name", sort=False):
-        if m := _LINK.match(name):
-            key: tuple = (int(m.group(1)), int(m.group(2)), m.group(3).upper())
-        elif m := _PORT.match(name):
-            key = (m.group(2), int(m.group(1)))
-        else:
-            continue
-        s = s.sort_values("ts", kind="stable")
-        ts, rate = s["ts"].to_numpy(np.int64), s["value"].to_numpy(np.float64)
-        span = np.diff(ts)
-        cum_bytes = np.concatenate(([0.0], np.cumsum(rate[:-1] * span)))
-        cum_busy = np.concatenate(([0], np.cumsum(np.where(rate[:-1] > 0, span, 0))))
-        out[key] = (ts, rate, cum_bytes, cum_busy)
-    return out
-
-
-def _integral(series, at: int) -> tuple[float, int]:
-    ts, rate, cum_bytes, cum_busy = series
-    i = int(np.searchsorted(ts, at, side="right")) - 1
-    if i < 0:
-        return 0.0, 0
-    dt = at - int(ts[i])
-    return float(cum_bytes[i] + rate[i] * dt), int(cum_busy[i] + (dt if rate[i] > 0 else 0))
-
-
-def _window(series, start: int, end: int) -> tuple[int, int]:
-    """Bytes (whole) and busy ns of a link over [start, end)."""
-    b0, t0 = _integral(series, start)
-    b1, t1 = _integral(series, end)
-    return round(b1 - b0), t1 - t0
+    """The trace's link rate series (analyzers.comm_links.link_series): the SLOW_LINK finding
+    integrates the same series with the same function."""
+    return link_series(rows.counters)
 
 
 def _rate_at(series, at: np.ndarray) -> np.ndarray:

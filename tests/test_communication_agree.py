@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from msprof_py import prof_dir
@@ -113,3 +114,78 @@ def test_time_split_is_msprof_analyzes(run) -> None:
         idle.append(t["Idle Time(ms)"])
     # The links are idle during part of every op (the algorithm's steps wait on their peers' notifies).
     assert min(idle) > 0
+
+
+@pytest.fixture(scope="module")
+def job16(tmp_path_factory):
+    """16 ranks on 2 servers of 8 NPUs with rank 8's NIC slow: exports, dashboard and findings."""
+    import analyzers
+
+    result = scenarios.run("llm-train-2server", switches=["slow-link"], steps=1, layers=1, seed=0)
+    assert result.trace.meta.extra["topology"]["servers"] == 2
+    prof = prof_dir.new_prof_dir(tmp_path_factory.mktemp("out16"))
+    files = {f.name: f for f in prof_dir.write_exports(prof, result.trace, stamp="20250101120000")}
+    comm = json.loads(Path(files["communication.json"]).read_text())
+    matrix = json.loads(Path(files["communication_matrix.json"]).read_text())
+    found = analyzers.run(result.trace, ["links"]).findings
+    return comm, matrix, result.trace.meta.extra, found
+
+
+def test_a_16_rank_job_s_files_dashboard_and_findings_agree_per_transport_and_link(job16) -> None:
+    from dashboard.figures_resources import link_matrices
+
+    comm, matrix, extra, found = job16
+    topo, preset = extra["topology"], extra["preset"]
+    nominal = {"HCCS": topo["hccs_gbps"], "RDMA": topo["roce_gbps"], "PCIE": preset["pcie_gbps"]}
+    ranks = sorted(int(r) for r in comm)
+    assert ranks == list(range(16))
+    file_mb: dict[str, float] = {}
+    file_ms: dict[str, float] = {}
+    link_mb: dict[str, float] = {}
+    link_ms: dict[str, float] = {}
+    pair_mb: dict[tuple[int, int, str], float] = {}
+    for _, _, entry, links in ops(comm, matrix):
+        for transport, info in entry["Communication Bandwidth Info"].items():
+            file_mb[transport] = file_mb.get(transport, 0.0) + info["Transit Size(MB)"]
+            file_ms[transport] = file_ms.get(transport, 0.0) + info["Transit Time(ms)"]
+        for pair, link in links.items():
+            t = link["Transport Type"]
+            link_mb[t] = link_mb.get(t, 0.0) + link["Transit Size(MB)"]
+            link_ms[t] = link_ms.get(t, 0.0) + link["Transit Time(ms)"]
+            src, dst = (int(x) for x in pair.split("-"))
+            pair_mb[src, dst, t] = pair_mb.get((src, dst, t), 0.0) + link["Transit Size(MB)"]
+            # No link of any op beats its transport's nominal rate (bytes per ns = GB/s).
+            assert link["Transit Size(MB)"] * MiB / (link["Transit Time(ms)"] * 1e6) <= nominal[t] * (1 + 1e-6)
+    # communication.json per transport == the matrix's links summed, bytes and time (so bandwidth).
+    assert set(link_mb) == {"HCCS", "RDMA"}
+    for t in TRANSPORTS:
+        assert file_mb[t] == pytest.approx(link_mb.get(t, 0.0), rel=1e-12, abs=1e-9)
+        assert file_ms[t] == pytest.approx(link_ms.get(t, 0.0), rel=1e-12, abs=1e-9)
+    # Traffic crosses the servers, on RDMA only, between NPUs in the same position.
+    cross = {(s, d) for (s, d, t) in pair_mb if s // 8 != d // 8}
+    assert cross == {(r, (r + 8) % 16) for r in range(16)}
+    assert all(t == "RDMA" for (s, d, t) in pair_mb if s // 8 != d // 8)
+    # The dashboard's bytes matrix is the matrix file's links, pair by pair (GiB).
+    m = link_matrices(matrix, ranks)["bytes"].z
+    per_pair: dict[tuple[int, int], float] = {}
+    for (s, d, _), mb in pair_mb.items():
+        per_pair[s, d] = per_pair.get((s, d), 0.0) + mb
+    for (s, d), mb in per_pair.items():
+        assert m[s, d] * 1024 == pytest.approx(mb)
+    assert int((~np.isnan(m)).sum()) == len(per_pair)
+    # The SLOW_LINK finding names rank 8's NIC, and what it says the link carried is what the
+    # matrix's links out of it over RDMA sum to (the same counter, the same integration).
+    (f,) = [f for f in found if f.code == "SLOW_LINK"]
+    by_link = {e["link"]: e for e in f.evidence}
+    # (rank 8's NIC is slow: its peer across the servers, rank 0, sends to and receives from it
+    # at the same rate, one fault seen from both ends).
+    assert set(by_link) == {"r0.roce_rx", "r0.roce_tx", "r8.roce_rx", "r8.roce_tx"}
+    for name, e in by_link.items():
+        rank = int(name[1:].split(".")[0])
+        if name.endswith("_tx"):
+            moved = sum(v for (s, _, t), v in pair_mb.items() if s == rank and t == "RDMA")
+        else:
+            moved = sum(v for (_, d, t), v in pair_mb.items() if d == rank and t == "RDMA")
+        assert e["bytes"] / MiB == pytest.approx(moved, rel=1e-6)
+        assert e["gbps"] == pytest.approx(6.25, rel=1e-6) and e["gbps"] <= e["nominal_gbps"] == 25.0
+    assert "the busiest carrying 41.8 MB" in f.message
