@@ -444,10 +444,11 @@ def cluster_cmd(
     if ranks < 2:
         raise MsprofError(f"{trace_path}: the cluster analyses need a multi-rank trace; it holds {ranks} rank(s)")
     frames = Frames(trace)
-    matrix = communication.summaries(Rows(trace))[1]
+    comm, matrix = communication.summaries(Rows(trace))
     result = report(frames, matrix)
     steps = cluster_step_table(trace)
-    result = {"steps": [] if steps is None else steps.to_dict("records"), **result}
+    result = {"steps": [] if steps is None else steps.to_dict("records"), **result,
+              "communication_time": communication.op_time_split(comm)}
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
@@ -459,6 +460,7 @@ def _render_cluster(result: dict[str, Any], title: str) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from msprof_py import communication
     from msprof_py.trace.units import sig
 
     parts: list[Any] = []
@@ -499,6 +501,15 @@ def _render_cluster(result: dict[str, Any], title: str) -> Any:
         parts.append(t)
     else:
         parts.append(Text("slow links: none"))
+    if result.get("communication_time"):
+        t = Table(title="communication time per op, all ranks and steps (ms; elapse = transit + wait + idle, "
+                        "synchronization is the wait before the first transfer)", title_justify="left")
+        for c in ("op", "count", "elapse", "transit", "wait", "synchronization", "idle"):
+            t.add_column(c, justify="left" if c == "op" else "right")
+        for r in result["communication_time"]:
+            t.add_row(Text(r["op"][:60]), Text(str(r["count"])),
+                      *(Text(sig(r[k])) for k in communication.SPLIT))
+        parts.append(t)
     return Group(*parts)
 
 

@@ -330,3 +330,27 @@ def _overlap(a, b, start: int, end: int) -> float:
         return 0.0
     left = cuts[:-1]
     return float(np.sum(np.minimum(_rate_at(a, left), _rate_at(b, left)) * np.diff(cuts)))
+
+
+#: The time split columns of `op_time_split`, as communication.json names them.
+SPLIT = ("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Idle Time(ms)")
+
+
+def op_time_split(comm: dict[str, Any]) -> list[dict[str, Any]]:
+    """msprof-analyze's communication time per op kind, summed over ranks and steps from
+    communication.json (`summaries`' first result): per op name (the collective's name, its
+    instance and members dropped) the number of (rank, op) entries and the total of each time of
+    `SPLIT` (ms), the costliest first. Elapse = transit + wait + idle; synchronization is part of wait."""
+    out: dict[str, dict[str, Any]] = {}
+    for steps in comm.values():
+        for kinds in steps.values():
+            for ops in kinds.values():
+                for op, entry in ops.items():
+                    name = op.split("__", 1)[0]
+                    row = out.setdefault(name, {"op": name, "count": 0, **{k: 0.0 for k in SPLIT}})
+                    row["count"] += 1
+                    info = entry["Communication Time Info"]
+                    for k in SPLIT:
+                        row[k] += float(info[k])
+    return sorted(out.values(), key=lambda r: (-r["Elapse Time(ms)"], r["op"]))
+

@@ -133,8 +133,17 @@ def test_cli_cluster_json() -> None:
     assert out["transports"] == [{"transport": "HCCS", "links": 840, "mean_ms": pytest.approx(0.188613, abs=1e-6),
                                   "std_ms": pytest.approx(0.124086, abs=1e-6), "judged": True, "slow": 0,
                                   "source": "matrix"}]
+    # The communication time per op: 15 all-reduces on each of 8 ranks; the waiting for rank 3
+    # is the wait (all of it before the first transfer: synchronization), and the parts add up.
+    (split,) = out["communication_time"]
+    assert (split["op"], split["count"]) == ("hcom_allReduce", 120)
+    assert split["Wait Time(ms)"] == split["Synchronization Time(ms)"] == pytest.approx(195.56244, abs=1e-5)
+    assert split["Transit Time(ms)"] == pytest.approx(22.633536, abs=1e-6)
+    assert split["Elapse Time(ms)"] == pytest.approx(
+        split["Transit Time(ms)"] + split["Wait Time(ms)"] + split["Idle Time(ms)"], abs=1e-9)
     res = runner.invoke(app, ["cluster", str(SAMPLES / "bert-train-dp-slow-rank" / "trace")])
     assert res.exit_code == 0 and "slow ranks: 3 (12x, 27.9 ms, hcom_allReduce)" in res.output
+    assert "communication time per op" in res.output
 
 
 @pytest.mark.parametrize("path, message", [
