@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers import AnalysisResult, Frames, Severity, run
+from analyzers.grouping import rank_text
 from analyzers.memcpy import bandwidth_summary, gbps_text
 from analyzers.overview import overview
 from analyzers.streams import copy_bandwidth
@@ -600,7 +601,7 @@ def _metric(name: str, v: Any) -> str:
 def _where(f: dict[str, Any]) -> str:
     parts = [f"{k} {f[k]}" for k in ("rank", "device", "stream") if f.get(k) is not None]
     if f.get("ranks"):
-        parts.append("ranks " + ", ".join(str(r) for r in f["ranks"]))
+        parts.append(f"also rank{'s' if len(f['ranks']) > 1 else ''} {rank_text(f['ranks'])}")
     if f.get("ts_ns") is not None:
         parts.append(f"at {ms_at(f['ts_ns'])}")
     return ", ".join(parts) or "whole trace"

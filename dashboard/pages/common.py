@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 from dash import Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
+from analyzers.grouping import rank_text
 from dashboard.data import Entry, Store
 from msprof_py.compare import cost_text
 
@@ -128,6 +129,8 @@ def where(f: dict[str, Any]) -> str:
     for key, label in (("rank", "r"), ("device", "dev "), ("stream", "stream ")):
         if f.get(key) is not None:
             parts.append(f"{label}{f[key]}")
+    if f.get("ranks"):  # a problem found on several ranks, or the ranks a straggler held up
+        parts.append(f"(+ r{rank_text(f['ranks'])})")
     return " ".join(parts) or "-"
 
 
