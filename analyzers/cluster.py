@@ -67,7 +67,17 @@ def dixon_q(values) -> tuple[float, float]:
     return q, DIXON_Q95[n]
 
 
-def collective_outliers(frames: Frames, cfg: RankConfig | None = None) -> pd.DataFrame:
+Source = Frames | pd.DataFrame
+
+
+def instances(src: Source) -> pd.DataFrame:
+    """The matched collective instances (analyzers.ranks.match_collectives) of a trace's frames, or
+    of its collective parts (`collective_parts` of each rank partition, concatenated: what a
+    partitioned run gathers on the driver)."""
+    return match_collectives(src if isinstance(src, pd.DataFrame) else collective_parts(src))
+
+
+def collective_outliers(src: Source, cfg: RankConfig | None = None) -> pd.DataFrame:
     """Per matched collective instance (OUTLIER_COLUMNS): its members, the rank that arrived last,
     the test that judged it and whether it is an outlier, and the lateness it caused (its arrival
     - the median arrival of the other members).
@@ -77,7 +87,7 @@ def collective_outliers(frames: Frames, cfg: RankConfig | None = None) -> pd.Dat
     test at 95% (`dixon_q`); n > 100, the last arrival is more than 3 standard deviations (of all
     members' arrivals, population) above their mean (statistic: its z-score)."""
     cfg = cfg or RankConfig()
-    inst = match_collectives(collective_parts(frames))
+    inst = src if _matched(src) else instances(src)
     if inst.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in OUTLIER_COLUMNS})
     inst = inst.sort_values(["instance", "arrival_ns", "rank"], kind="stable")
@@ -112,7 +122,11 @@ def collective_outliers(frames: Frames, cfg: RankConfig | None = None) -> pd.Dat
     return pd.DataFrame(rows, columns=OUTLIER_COLUMNS)
 
 
-def slow_rank_stats(frames: Frames, cfg: RankConfig | None = None) -> pd.DataFrame:
+def _matched(src: Source) -> bool:
+    return isinstance(src, pd.DataFrame) and "instance" in src.columns
+
+
+def slow_rank_stats(src: Source, cfg: RankConfig | None = None) -> pd.DataFrame:
     """Per rank that took part in a matched collective (SLOW_RANK_COLUMNS): how many collectives
     it took part in, how many times it was the last to arrive *and* an outlier among the members'
     arrivals (`collective_outliers`: Dixon's Q test at 95% for 3..100 members, 3 sigma above the
@@ -125,8 +139,8 @@ def slow_rank_stats(frames: Frames, cfg: RankConfig | None = None) -> pd.DataFra
     the wait tasks opening the op on Ascend, the kernel's start on NCCL, which spins until its
     peers arrive); collectives are matched across ranks by analyzers.ranks.match_collectives."""
     cfg = cfg or RankConfig()
-    inst = match_collectives(collective_parts(frames))
-    out = collective_outliers(frames, cfg)
+    inst = src if _matched(src) else instances(src)
+    out = collective_outliers(inst, cfg)
     if inst.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SLOW_RANK_COLUMNS})
     taken = inst.groupby("rank")["instance"].nunique()
@@ -140,17 +154,18 @@ def slow_rank_stats(frames: Frames, cfg: RankConfig | None = None) -> pd.DataFra
     return pd.DataFrame(rows, columns=SLOW_RANK_COLUMNS).sort_values("rank", kind="stable").reset_index(drop=True)
 
 
-def slow_ranks(frames: Frames, cfg: RankConfig | None = None) -> list[dict[str, Any]]:
-    """The ranks an outlier at least once (`slow_rank_stats`), by the lateness they caused (most
-    first, then by rank): rank, outlier_count, lateness_ns and top_op (its most frequent late op)."""
-    stats = slow_rank_stats(frames, cfg)
+def slow_ranks(src: Source, cfg: RankConfig | None = None, stats: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """The ranks an outlier at least once (`slow_rank_stats`, or the `stats` given), by the lateness
+    they caused (most first, then by rank): rank, outlier_count, lateness_ns and top_op (its most
+    frequent late op)."""
+    stats = slow_rank_stats(src, cfg) if stats is None else stats
     hit = stats[stats["outlier_count"] > 0].sort_values(["lateness_ns", "rank"], ascending=[False, True],
                                                        kind="stable")
     return [{"rank": int(r.rank), "outlier_count": int(r.outlier_count), "lateness_ns": int(r.lateness_ns),
              "top_op": r.ops[0] if r.ops else None} for r in hit.itertuples()]
 
 
-def slow_link_stats(frames: Frames, matrix: dict | None = None) -> pd.DataFrame:
+def slow_link_stats(src: Source, matrix: dict | None = None) -> pd.DataFrame:
     """Per (op, src, dst, transport) link, its transit time and bandwidth, judged against the
     links of the same transport (SLOW_LINK_COLUMNS).
 
@@ -167,7 +182,7 @@ def slow_link_stats(frames: Frames, matrix: dict | None = None) -> pd.DataFrame:
     whose links all took the same time, is not judged (judged False, z NaN)."""
     df = _matrix_links(matrix) if matrix else pd.DataFrame()
     if df.empty:
-        df = _collective_links(frames)
+        df = _collective_links(src if _matched(src) else instances(src))
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SLOW_LINK_COLUMNS})
     g = df.groupby("transport")["transit_ms"]
@@ -195,8 +210,7 @@ def _matrix_links(matrix: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _collective_links(frames: Frames) -> pd.DataFrame:
-    inst = match_collectives(collective_parts(frames))
+def _collective_links(inst: pd.DataFrame) -> pd.DataFrame:
     if inst.empty:
         return pd.DataFrame()
     release = inst.groupby("instance")["arrival_ns"].transform("max")
@@ -211,13 +225,15 @@ def _collective_links(frames: Frames) -> pd.DataFrame:
         "bandwidth_gbps": np.where(transit_ms > 0, np.round(size_mb / np.where(transit_ms > 0, transit_ms, 1), 4), 0.0)})
 
 
-def report(frames: Frames, matrix: dict | None = None, cfg: RankConfig | None = None) -> dict[str, Any]:
-    """The cluster analyses as plain objects (what `msprof-py cluster` prints): the slow ranks
+def report(src: Source, matrix: dict | None = None, cfg: RankConfig | None = None) -> dict[str, Any]:
+    """The cluster analyses as plain objects (what `msprof-py cluster` prints) of a trace's frames
+    or of its ranks' collective parts gathered from their partitions: the slow ranks
     (`slow_ranks`), the per-rank statistics (`slow_rank_stats`), per transport the links' count,
     mean and standard deviation of transit time and how many are slow, and the slow links
     (`slow_link_stats`, the slowest first)."""
-    stats = slow_rank_stats(frames, cfg)
-    links = slow_link_stats(frames, matrix)
+    inst = instances(src)
+    stats = slow_rank_stats(inst, cfg)
+    links = slow_link_stats(inst, matrix)
     transports = []
     for transport, g in links.groupby("transport", sort=True):
         transports.append({"transport": str(transport), "links": int(len(g)), "mean_ms": float(g["mean_ms"].iloc[0]),
@@ -227,7 +243,7 @@ def report(frames: Frames, matrix: dict | None = None, cfg: RankConfig | None = 
     slow = links[links["slow"]].sort_values(["z", "op", "src", "dst"], ascending=[False, True, True, True],
                                              kind="stable")
     return {
-        "slow_ranks": slow_ranks(frames, cfg),
+        "slow_ranks": slow_ranks(inst, cfg, stats),
         "rank_stats": [{"rank": int(r.rank), "collectives": int(r.collectives), "outlier_count": int(r.outlier_count),
                         "lateness_ns": int(r.lateness_ns), "ops": list(r.ops)} for r in stats.itertuples()],
         "transports": transports,

@@ -416,103 +416,6 @@ def critical_path_cmd(
         _show((render_steps if per_step else render)(summary, str(trace_path)))
 
 
-@app.command("cluster", short_help="Cluster analyses: job steps, slow ranks, slow links.")
-def cluster_cmd(
-    trace_path: TraceArg,
-    fmt: Annotated[Optional[OutputFormat], typer.Option(
-        "--format", "-f", show_default=False,
-        help="table (default; time in ms, 3 significant digits) or json (the same as objects, full precision).")] = None,
-    lenient: LenientOpt = False,
-    progress: ProgressOpt = None,
-) -> None:
-    """msprof-analyze's cluster analyses of a multi-rank job: the step table per rank
-    (cluster_step_trace_time), the slow ranks (the last to arrive at a collective, an outlier among
-    its members' arrivals by Dixon's Q test, or 3 sigma beyond 100 members) and the slow links
-    (transit time more than 3 sigma above their transport's mean)."""
-    import pyarrow.compute as pc
-
-    from analyzers import Frames
-    from analyzers.cluster import report
-    from msprof_py import communication
-    from msprof_py.summaries import Rows, cluster_step_table
-
-    fmt = fmt or OutputFormat.table
-    if fmt is OutputFormat.csv:
-        raise MsprofError("cluster prints a table or json; --format csv is not supported")
-    trace = _load(trace_path, lenient, progress)
-    ranks = len(pc.unique(trace.table.column("rank").drop_null()))
-    if ranks < 2:
-        raise MsprofError(f"{trace_path}: the cluster analyses need a multi-rank trace; it holds {ranks} rank(s)")
-    frames = Frames(trace)
-    comm, matrix = communication.summaries(Rows(trace))
-    result = report(frames, matrix)
-    steps = cluster_step_table(trace)
-    result = {"steps": [] if steps is None else steps.to_dict("records"), **result,
-              "communication_time": communication.op_time_split(comm)}
-    if fmt is OutputFormat.json:
-        typer.echo(json.dumps(result, indent=2, default=str))
-    else:
-        _show(_render_cluster(result, str(trace_path)))
-
-
-def _render_cluster(result: dict[str, Any], title: str) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    from msprof_py import communication
-    from msprof_py.trace.units import sig
-
-    parts: list[Any] = []
-    if result["steps"]:
-        t = Table(title=f"step time per rank of {title} (us)", title_justify="left")
-        cols = [c for c in result["steps"][0] if c not in ("Type", "Bubble")]
-        for c in cols:
-            t.add_column(c, justify="right")
-        for row in result["steps"]:
-            t.add_row(*(Text(str(row[c]) if c in ("Step", "Index") else sig(float(row[c]))) for c in cols))
-        parts.append(t)
-    t = Table(title="slow ranks (last to arrive, an outlier among the members' arrivals)", title_justify="left")
-    for c, just in (("rank", "right"), ("outlier", "right"), ("of collectives", "right"), ("lateness ms", "right"),
-                    ("ops", "left")):
-        t.add_column(c, justify=just)  # type: ignore[arg-type]
-    for r in sorted(result["rank_stats"], key=lambda r: (-r["lateness_ns"], r["rank"])):
-        t.add_row(Text(str(r["rank"])), Text(str(r["outlier_count"])), Text(str(r["collectives"])),
-                  Text(sig(r["lateness_ns"] / 1e6)), Text(", ".join(o[:60] for o in r["ops"][:3]) or "-"))
-    parts.append(t)
-    slow = result["slow_ranks"]
-    parts.append(Text("slow ranks: " + (", ".join(f"{r['rank']} ({r['outlier_count']}x, {sig(r['lateness_ns'] / 1e6)} ms, "
-                                                  f"{(r['top_op'] or '-')[:60]})" for r in slow) or "none")))
-    t = Table(title="links per transport (transit time)", title_justify="left")
-    for c in ("transport", "links", "mean ms", "std ms", "judged", "slow", "from"):
-        t.add_column(c, justify="left" if c in ("transport", "from") else "right")
-    for r in result["transports"]:
-        t.add_row(Text(r["transport"]), Text(str(r["links"])), Text(sig(r["mean_ms"])), Text(sig(r["std_ms"])),
-                  Text("yes" if r["judged"] else "no"), Text(str(r["slow"])), Text(r["source"]))
-    parts.append(t)
-    if result["slow_links"]:
-        t = Table(title="slow links (transit time > mean + 3 sigma of their transport)", title_justify="left")
-        for c in ("op", "src", "dst", "transport", "MB", "transit ms", "GB/s", "z"):
-            t.add_column(c, justify="left" if c in ("op", "transport") else "right")
-        for r in result["slow_links"]:
-            t.add_row(Text(r["op"][:60]), Text(str(r["src"])), Text(str(r["dst"])), Text(r["transport"]),
-                      Text(sig(r["size_mb"])), Text(sig(r["transit_ms"])), Text(sig(r["bandwidth_gbps"])),
-                      Text(sig(r["z"])))
-        parts.append(t)
-    else:
-        parts.append(Text("slow links: none"))
-    if result.get("communication_time"):
-        t = Table(title="communication time per op, all ranks and steps (ms; elapse = transit + wait + idle, "
-                        "synchronization is the wait before the first transfer)", title_justify="left")
-        for c in ("op", "count", "elapse", "transit", "wait", "synchronization", "idle"):
-            t.add_column(c, justify="left" if c == "op" else "right")
-        for r in result["communication_time"]:
-            t.add_row(Text(r["op"][:60]), Text(str(r["count"])),
-                      *(Text(sig(r[k])) for k in communication.SPLIT))
-        parts.append(t)
-    return Group(*parts)
-
-
 @app.command("replay", short_help="What-if: re-time a trace with remedies applied.")
 def replay_cmd(
     trace_path: TraceArg,
@@ -627,6 +530,97 @@ WhatIfOpt = Annotated[bool, typer.Option(
          "X ms); --no-what-if: rank by the time measured lost.")]
 AnalyzerOpt = Annotated[Optional[list[str]], typer.Option(
     "--analyzer", "-a", show_default=False, help="Run only this analyzer (repeatable); default: all.")]
+
+
+@app.command("cluster", short_help="Cluster analyses: job steps, slow ranks, slow links.")
+def cluster_cmd(
+    trace_path: TraceArg,
+    fmt: Annotated[Optional[OutputFormat], typer.Option(
+        "--format", "-f", show_default=False,
+        help="table (default; time in ms, 3 significant digits) or json (the same as objects, full precision).")] = None,
+    lenient: LenientOpt = False,
+    progress: ProgressOpt = None,
+    engine: EngineOpt = Engine.local,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+) -> None:
+    """msprof-analyze's cluster analyses of a multi-rank job: the step table per rank
+    (cluster_step_trace_time), the slow ranks (the last to arrive at a collective, an outlier among
+    its members' arrivals by Dixon's Q test, or 3 sigma beyond 100 members), the slow links
+    (transit time more than 3 sigma above their transport's mean) and the communication time per
+    op. A rank-partitioned trace is read partition by partition (--engine dask: one task per rank)."""
+    from msprof_py import cluster, loading, report
+
+    fmt = fmt or OutputFormat.table
+    if fmt is OutputFormat.csv:
+        raise MsprofError("cluster prints a table or json; --format csv is not supported")
+    parts = report.rank_partitions(trace_path)
+    if parts is None:
+        parts = report.split_by_rank(_load(trace_path, lenient, progress, analysis_only=False))
+    result = cluster.analyze(parts, engine=engine.value, scheduler=scheduler, workers=workers, progress=progress,
+                             input_bytes=loading.input_bytes(trace_path))
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        _show(_render_cluster(result, str(trace_path)))
+
+
+def _render_cluster(result: dict[str, Any], title: str) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from msprof_py import communication
+    from msprof_py.trace.units import sig
+
+    parts: list[Any] = []
+    if result["steps"]:
+        t = Table(title=f"step time per rank of {title} (us)", title_justify="left")
+        cols = [c for c in result["steps"][0] if c not in ("Type", "Bubble")]
+        for c in cols:
+            t.add_column(c, justify="right")
+        for row in result["steps"]:
+            t.add_row(*(Text(str(row[c]) if c in ("Step", "Index") else sig(float(row[c]))) for c in cols))
+        parts.append(t)
+    t = Table(title="slow ranks (last to arrive, an outlier among the members' arrivals)", title_justify="left")
+    for c, just in (("rank", "right"), ("outlier", "right"), ("of collectives", "right"), ("lateness ms", "right"),
+                    ("ops", "left")):
+        t.add_column(c, justify=just)  # type: ignore[arg-type]
+    for r in sorted(result["rank_stats"], key=lambda r: (-r["lateness_ns"], r["rank"])):
+        t.add_row(Text(str(r["rank"])), Text(str(r["outlier_count"])), Text(str(r["collectives"])),
+                  Text(sig(r["lateness_ns"] / 1e6)), Text(", ".join(o[:60] for o in r["ops"][:3]) or "-"))
+    parts.append(t)
+    slow = result["slow_ranks"]
+    parts.append(Text("slow ranks: " + (", ".join(f"{r['rank']} ({r['outlier_count']}x, {sig(r['lateness_ns'] / 1e6)} ms, "
+                                                  f"{(r['top_op'] or '-')[:60]})" for r in slow) or "none")))
+    t = Table(title="links per transport (transit time)", title_justify="left")
+    for c in ("transport", "links", "mean ms", "std ms", "judged", "slow", "from"):
+        t.add_column(c, justify="left" if c in ("transport", "from") else "right")
+    for r in result["transports"]:
+        t.add_row(Text(r["transport"]), Text(str(r["links"])), Text(sig(r["mean_ms"])), Text(sig(r["std_ms"])),
+                  Text("yes" if r["judged"] else "no"), Text(str(r["slow"])), Text(r["source"]))
+    parts.append(t)
+    if result["slow_links"]:
+        t = Table(title="slow links (transit time > mean + 3 sigma of their transport)", title_justify="left")
+        for c in ("op", "src", "dst", "transport", "MB", "transit ms", "GB/s", "z"):
+            t.add_column(c, justify="left" if c in ("op", "transport") else "right")
+        for r in result["slow_links"]:
+            t.add_row(Text(r["op"][:60]), Text(str(r["src"])), Text(str(r["dst"])), Text(r["transport"]),
+                      Text(sig(r["size_mb"])), Text(sig(r["transit_ms"])), Text(sig(r["bandwidth_gbps"])),
+                      Text(sig(r["z"])))
+        parts.append(t)
+    else:
+        parts.append(Text("slow links: none"))
+    if result.get("communication_time"):
+        t = Table(title="communication time per op, all ranks and steps (ms; elapse = transit + wait + idle, "
+                        "synchronization is the wait before the first transfer)", title_justify="left")
+        for c in ("op", "count", "elapse", "transit", "wait", "synchronization", "idle"):
+            t.add_column(c, justify="left" if c == "op" else "right")
+        for r in result["communication_time"]:
+            t.add_row(Text(r["op"][:60]), Text(str(r["count"])),
+                      *(Text(sig(r[k])) for k in communication.SPLIT))
+        parts.append(t)
+    return Group(*parts)
 
 
 @app.command("analyze", short_help='Find bottlenecks, ranked by the time or memory they cost.')

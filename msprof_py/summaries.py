@@ -71,11 +71,19 @@ def summaries(trace: Trace) -> dict[str, Any]:
     return out
 
 
+def _args(t: pa.Table, rows: np.ndarray) -> pa.ChunkedArray:
+    return t.column("args").take(pa.array(rows))
+
+
 class Rows:
     """The row sets the summaries share (device tasks, host API calls, steps...), built once."""
 
     def __init__(self, trace: Trace) -> None:
+        """`trace` may lack the `args` column (a partition read with the analysis columns only, as
+        the cluster analyses read it): the fields parsed out of it (task type, block dim, OP Type,
+        allocator) are then unknown."""
         t = trace.table
+        has_args = "args" in t.column_names
         self.origin_ns = int(trace.meta.origin_ns or 0)
         self.topology = (trace.meta.extra or {}).get("topology") or {}
         df = t.select(_COLUMNS).to_pandas()
@@ -90,13 +98,14 @@ class Rows:
         tasks["end"] = tasks["ts"] + tasks["dur"]
         tasks["device"] = tasks["device"].fillna(-1).astype(np.int64)
         tasks["stream"] = tasks["stream"].astype("Int64")
-        args = t.column("args").take(pa.array(tasks.index.to_numpy()))
-        task_type = _extract(args, r'"Task Type":\s*"(?P<v>[^"]*)"')
+        args = _args(t, tasks.index.to_numpy()) if has_args else None
+        task_type = _extract(args, r'"Task Type":\s*"(?P<v>[^"]*)"') if has_args else np.full(len(tasks), None)
         tasks["task_type"] = np.where(pd.isna(task_type), tasks["kind"].map(_DEFAULT_TASK_TYPE).fillna(NA), task_type)
-        tasks["block_dim"] = _extract(args, r'"Block Dim":\s*(?P<v>\d+)')
+        tasks["block_dim"] = _extract(args, r'"Block Dim":\s*(?P<v>\d+)') if has_args else np.full(len(tasks), None)
         # msprof's OP Type (the operator, e.g. Conv2D, of the instance Conv2D12) where the producer
         # recorded it (the emulator does; a torch_npu timeline does not): else the op's own name.
-        op_type = _extract(args, r'"OP Type":\s*"(?P<v>(?:[^"\\]|\\.)*)"')
+        op_type = (_extract(args, r'"OP Type":\s*"(?P<v>(?:[^"\\]|\\.)*)"') if has_args
+                   else np.full(len(tasks), None))
         op_type = np.array([None if v is None or pd.isna(v) else (json.loads(f'"{v}"') if "\\" in v else v)
                             for v in op_type], dtype=object)
         tasks["op_type"] = np.where(pd.isna(op_type), tasks["name"].to_numpy(dtype=object), op_type)
@@ -113,7 +122,8 @@ class Rows:
         steps["end"] = steps["ts"] + steps["dur"].fillna(0).astype(np.int64)
         self.steps = steps.sort_values(["rank", "ts"], kind="stable")
         memory = df[df["kind"].isin(("alloc", "free"))]
-        allocator = _extract(t.column("args").take(pa.array(memory.index.to_numpy())), r'"Allocator":\s*"(?P<v>[^"]*)"')
+        allocator = (_extract(_args(t, memory.index.to_numpy()), r'"Allocator":\s*"(?P<v>[^"]*)"') if has_args
+                     else np.full(len(memory), None))
         # The driver's frees say "aclrtFree": one allocator, two call names.
         allocator = np.where(allocator == "aclrtFree", "aclrtMalloc", allocator)
         self.memory = memory.assign(allocator=allocator).sort_values(["rank", "ts"], kind="stable")

@@ -344,6 +344,6 @@ def test_piped_help_lists_every_command_uncut():
     assert proc.returncode == 0, proc.stderr
     commands = proc.stdout.split("Commands:\n", 1)[1].splitlines()
     names = [line.split()[0] for line in commands if line.strip()]
-    assert names == ["import", "export", "info", "critical-path", "cluster", "replay", "whatif", "analyze", "report", "diff", "eval", "emulate", "demo",
+    assert names == ["import", "export", "info", "critical-path", "replay", "whatif", "cluster", "analyze", "report", "diff", "eval", "emulate", "demo",
                      "dashboard", "sql"]
     assert all(not line.rstrip().endswith("...") for line in commands)

@@ -264,3 +264,31 @@ def test_without_a_preset_copies_are_judged_against_every_ranks_reference(tmp_pa
         res = report.analyze(parts, ["bandwidth"], engine=engine, scheduler=scheduler)
         assert [f.to_dict() for f in res.findings] == [f.to_dict() for f in whole.findings]
         assert plain(res.metrics) == plain(whole.metrics)
+
+
+def _whole_cluster(trace):
+    """The cluster analyses of a trace loaded whole, computed without the partitioned driver."""
+    from analyzers import Frames
+    from analyzers.cluster import report as cluster_report
+    from msprof_py import communication
+    from msprof_py.summaries import Rows, cluster_step_table
+
+    comm, matrix = communication.summaries(Rows(trace))
+    steps = cluster_step_table(trace)
+    return {"steps": steps.to_dict("records"), **cluster_report(Frames(trace), matrix),
+            "communication_time": communication.op_time_split(comm)}
+
+
+@pytest.mark.parametrize("case", ["slow-rank", "12-ranks"])
+def test_cluster_analyses_by_partition_on_both_engines_are_the_whole_trace_s(traces, cluster, case):
+    from msprof_py import cluster as cluster_analyses
+
+    whole = plain(_whole_cluster(read_trace(traces[case])))
+    parts = report.rank_partitions(traces[case])
+    local = cluster_analyses.analyze(parts, engine="local")
+    on_dask = cluster_analyses.analyze(parts, engine="dask", scheduler=cluster.scheduler_address)
+    assert plain(local) == whole
+    assert plain(on_dask) == whole
+    # The injected straggler is the slow rank either way.
+    assert [r["rank"] for r in local["slow_ranks"]][:1] == ([3] if case == "slow-rank" else [9])
+    assert len(local["steps"]) == CASES[case][2]["ranks"] * CASES[case][2]["steps"]
