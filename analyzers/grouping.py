@@ -3,7 +3,8 @@
 A multi-rank job runs the same program on every rank, so a per-rank analyzer finds the same
 problem once per rank: sixteen "device idle: waiting on a copy" rows for a 16-rank job. A user
 asks once which problem holds the job back; `group_across_ranks` folds the findings of one
-analyzer that name the same problem (same code, title and stream) on different ranks into one:
+analyzer that name the same problem (same code and title; same stream too where the analyzer
+reports the problem per stream, i.e. a rank has several of them) on different ranks into one:
 
 - `rank` is the rank where it costs most (its message, evidence and location lead), `ranks`
   the other ranks it was found on, sorted;
@@ -44,7 +45,7 @@ def group_across_ranks(findings: list[Finding]) -> list[Finding]:
         if f.rank is None or f.ranks:
             order.append(f)
             continue
-        key = (f.code, f.title, f.stream)
+        key = (f.code, f.title)
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -55,10 +56,22 @@ def group_across_ranks(findings: list[Finding]) -> list[Finding]:
             out.append(item)
             continue
         members = groups[item]
-        if len({m.rank for m in members}) < 2:
-            out.extend(members)
+        ranks = [m.rank for m in members]
+        if len(set(ranks)) < len(ranks):
+            # The analyzer reports this problem per stream: one finding per stream across ranks
+            # (stream numbers of an SPMD program's ranks match; Kineto's often do not, and then
+            # its per-rank findings name no stream or one per rank and fold whole).
+            by_stream: dict[Any, list[Finding]] = {}
+            for m in members:
+                by_stream.setdefault(m.stream, []).append(m)
+            parts = list(by_stream.values())
         else:
-            out.append(_fold(members))
+            parts = [members]
+        for group in parts:
+            if len({m.rank for m in group}) < 2:
+                out.extend(group)
+            else:
+                out.append(_fold(group))
     return out
 
 

@@ -117,3 +117,14 @@ def test_the_what_if_of_a_grouped_finding_is_the_job_s_saving(llm16):
     assert copy.what_if is not None and copy.what_if["remedy"] == "copy"
     # The fix on all 16 ranks gives the job back what one rank lost per step, no more.
     assert 0 < copy.what_if["saving_ns"] <= copy.lost_ns
+
+
+def test_a_problem_reported_per_stream_folds_per_stream_and_otherwise_whatever_the_stream():
+    # Two streams on each of two ranks: one finding per stream across the ranks.
+    per_stream = [_f(0, 5, stream=2), _f(0, 6, stream=3), _f(1, 7, stream=2), _f(1, 8, stream=3)]
+    a, b = group_across_ranks(per_stream)
+    assert [(a.stream, a.rank, a.ranks), (b.stream, b.rank, b.ranks)] == [(2, 1, [0]), (3, 1, [0])]
+    # One finding per rank, naming different streams (or none): one finding, each occurrence its stream.
+    g, = group_across_ranks([_f(0, 5, stream=7), _f(1, 9, stream=None), _f(2, 1, stream=84)])
+    assert (g.rank, g.ranks, g.stream) == (1, [0, 2], None)
+    assert [(o["rank"], o["stream"]) for o in g.occurrences] == [(0, 7), (1, None), (2, 84)]
