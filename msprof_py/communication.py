@@ -277,10 +277,18 @@ def _busy(links: dict, rank: int, sent: list[tuple[int, int, str, int, int]], st
             keys.add(("pcie_d2h", rank))
     starts, ends = [], []
     for key in keys:
-        ts, rate = links[key][0], links[key][1]
+        ts_all, rate_all = links[key][0], links[key][1]
+        if not len(ts_all):
+            continue
+        # Only the samples whose step can meet [start, end): the one in force at start, and those
+        # before end (a lookup, not a pass over the whole series: ops x samples would be quadratic).
+        lo = max(int(np.searchsorted(ts_all, start, side="right")) - 1, 0)
+        hi = int(np.searchsorted(ts_all, end, side="left"))
+        ts, rate = ts_all[lo:hi], rate_all[lo:hi]
         if not len(ts):
             continue
-        nxt = np.append(ts[1:], max(end, int(ts[-1])))  # the last sample's rate holds to the window's end
+        last = ts_all[hi] if hi < len(ts_all) else max(end, int(ts_all[-1]))  # the last sample's rate holds on
+        nxt = np.append(ts[1:], last)
         on = (rate > 0) & (nxt > start) & (ts < end)
         starts.append(np.clip(ts[on], start, end))
         ends.append(np.clip(nxt[on], start, end))
@@ -324,8 +332,9 @@ def _rate_at(series, at: np.ndarray) -> np.ndarray:
 
 def _overlap(a, b, start: int, end: int) -> float:
     """The integral over [start, end) of the smaller of two links' rates."""
-    cuts = np.concatenate(([start, end], a[0], b[0]))
-    cuts = np.unique(cuts[(cuts >= start) & (cuts <= end)])
+    # The samples inside the window (two lookups per series, not a pass over it).
+    inside = [x[0][np.searchsorted(x[0], start, side="left"):np.searchsorted(x[0], end, side="right")] for x in (a, b)]
+    cuts = np.unique(np.concatenate(([start, end], *inside)))
     if len(cuts) < 2:
         return 0.0
     left = cuts[:-1]
