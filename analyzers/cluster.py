@@ -85,7 +85,9 @@ def collective_outliers(src: Source, cfg: RankConfig | None = None) -> pd.DataFr
     The test by the number of members n: n = 2, the later rank is the outlier when it arrived at
     least `cfg.min_late_ns` after the other (statistic: the gap in ns); 3 <= n <= 100, Dixon's Q
     test at 95% (`dixon_q`); n > 100, the last arrival is more than 3 standard deviations (of all
-    members' arrivals, population) above their mean (statistic: its z-score)."""
+    members' arrivals, population) above their mean (statistic: its z-score). For n >= 3 the last
+    rank must also have arrived at least `cfg.min_late_ns` after the next-latest: a statistic
+    over arrivals a few microseconds apart flags noise."""
     cfg = cfg or RankConfig()
     inst = src if _matched(src) else instances(src)
     if inst.empty:
@@ -115,6 +117,9 @@ def collective_outliers(src: Source, cfg: RankConfig | None = None) -> pd.DataFr
             std = float(arr.std())
             stat = float((last - arr.mean()) / std) if std > 0 else 0.0
             outlier = stat > crit
+        # Arrival order within noise is no straggler, whatever the statistic says: the last
+        # rank must also have arrived at least `min_late_ns` after the next-latest (as SLOW_RANK).
+        outlier = bool(outlier) and (n == 2 or last - int(arr[-2]) >= cfg.min_late_ns)
         rows.append({"instance": int(ids[a]), "name": str(name[a]), "members": int(n), "late_rank": int(rank[b - 1]),
                      "test": test, "statistic": round(float(stat), 6), "critical": crit, "outlier": bool(outlier),
                      "lateness_ns": int(last - np.median(others)), "first_arrival_ns": int(arr[0]),
