@@ -37,9 +37,16 @@ def link_series(counters: pd.DataFrame) -> dict[tuple, Series]:
     (ts, rate, cumulative bytes, cumulative busy ns) at each change."""
     if counters.empty:
         return {}
-    c = counters[counters["name"].astype(str).str.endswith(" GB/s", na=False)]
+    names = counters["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # a counter table as Arrow's dictionary gives it
+        cats = names.cat.categories.astype(str)
+        c = counters[names.isin(cats[cats.str.endswith(" GB/s")])]
+        groups = c.groupby(c["name"], sort=False, observed=True)
+    else:
+        c = counters[names.astype(str).str.endswith(" GB/s", na=False)]
+        groups = c.groupby(c["name"].astype(str), sort=False)
     out: dict[tuple, Series] = {}
-    for name, s in c.groupby(c["name"].astype(str), sort=False):
+    for name, s in groups:
         key = series_key(str(name))
         if key is None:
             continue

@@ -33,12 +33,30 @@ def partition_summary(part: Any) -> dict[str, Any]:
     ranks = summaries.rank_steps(frames.steps)
     return {
         "parts": collective_parts(frames),
-        "comm": communication.summarize(summaries.Rows(trace)),
+        "comm": communication.summarize(_CommRows(trace, frames)),
         "steps": summaries.step_table(ranks, frames.device_ops) if len(ranks) else None,
         "ranks": sorted(int(r) for r in trace.table.column("rank").unique().to_pylist()),
         "topology": (trace.meta.extra or {}).get("topology") or {},
         "origin_ns": int(trace.meta.origin_ns or 0),
     }
+
+
+class _CommRows:
+    """What `communication.summarize` reads of a partition (its `tasks` and `counters`), without
+    `summaries.Rows`' pandas copy of every row: the collectives and wait tasks go through Rows, the
+    counters stay a name / ts / value frame (the name categorical). A partition that records every
+    link of the cluster (rank 0 of an emulated job: 13M rows, nearly all link counters) then
+    costs its counters' three columns, not the whole table as objects."""
+
+    def __init__(self, trace: Trace, frames: Any) -> None:
+        import pyarrow as pa
+
+        from msprof_py import summaries
+
+        comm = frames.kind_mask(("collective", "wait"))
+        self.tasks = summaries.Rows(Trace(table=trace.table.filter(pa.array(comm)), meta=trace.meta)).tasks
+        counter = frames.kind_mask(("counter",))
+        self.counters = trace.table.select(["name", "ts", "value"]).filter(pa.array(counter)).to_pandas()
 
 
 def analyze(parts: list, *, engine: str = "local", scheduler: str | None = None, workers: int | None = None,
