@@ -58,3 +58,32 @@ def warm_worker() -> int:
 
     _load_all()
     return os.getpid()
+
+
+def timed_on_dask(workers: int, fn: Any) -> dict:
+    """Run `fn(scheduler_address)` on a fresh LocalCluster of `workers` single-threaded worker
+    processes, warmed (`warm_worker`) before the clock starts: {"s": seconds, "peak_rss": each
+    worker's peak RSS (psutil, sampled while it ran), "base_rss": each one's warm RSS, "result"}."""
+    import logging
+    import threading
+    import time
+
+    import psutil
+    from distributed import Client, LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        pids = list(client.run(warm_worker).values())
+        base = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
+        peaks: dict[int, int] = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=sample_rss, args=(pids, peaks, stop), daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        result = fn(cluster.scheduler_address)
+        took = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+    return {"s": took, "peak_rss": [peaks.get(p, base[p]) for p in pids], "base_rss": [base[p] for p in pids],
+            "result": result}

@@ -33,16 +33,12 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import sample_rss, warm_worker  # noqa: E402
+from _common import timed_on_dask  # noqa: E402
 
 from msprof_py.report import rank_partitions  # noqa: E402
 
@@ -83,28 +79,11 @@ def child(code: str, trace: Path, out: Path) -> dict:
 
 
 def run_dask(trace: Path, workers: int) -> dict:
-    import logging
-
-    from distributed import Client, LocalCluster
-
     from msprof_py.cluster import analyze
 
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        pids = list(client.run(warm_worker).values())
-        base = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
-        peaks: dict[int, int] = {}
-        stop = threading.Event()
-        sampler = threading.Thread(target=sample_rss, args=(pids, peaks, stop), daemon=True)
-        sampler.start()
-        t0 = time.perf_counter()
-        res = analyze(rank_partitions(trace), engine="dask", scheduler=cluster.scheduler_address, progress=False)
-        t = time.perf_counter() - t0
-        stop.set()
-        sampler.join()
-    return {"s": t, "peak_rss": [peaks.get(p, base[p]) for p in pids],
-            "result": json.loads(json.dumps(res, default=str))}
+    out = timed_on_dask(workers, lambda address: analyze(rank_partitions(trace), engine="dask", scheduler=address,
+                                                         progress=False))
+    return {**out, "result": json.loads(json.dumps(out["result"], default=str))}
 
 
 def plain(o):

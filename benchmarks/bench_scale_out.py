@@ -37,19 +37,17 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import sample_rss, warm_worker  # noqa: E402
+from _common import timed_on_dask  # noqa: E402
 
 from msprof_py import prof_dir  # noqa: E402
 from msprof_py.report import analyze, rank_partitions  # noqa: E402
@@ -104,26 +102,9 @@ def run_in_process(trace: Path, tmp: Path) -> dict:
 
 
 def run_dask(parts: list, workers: int) -> dict:
-    import logging
-
-    from distributed import Client, LocalCluster
-
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        pids = list(client.run(warm_worker).values())
-        base = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
-        peaks: dict[int, int] = {}
-        stop = threading.Event()
-        sampler = threading.Thread(target=sample_rss, args=(pids, peaks, stop), daemon=True)
-        sampler.start()
-        t0 = time.perf_counter()
-        res = analyze(parts, engine="dask", scheduler=cluster.scheduler_address, progress=False)
-        t = time.perf_counter() - t0
-        stop.set()
-        sampler.join()
-    return {"s": t, "peak_rss": [peaks.get(p, base[p]) for p in pids], "base_rss": [base[p] for p in pids],
-            "findings": json.loads(json.dumps(findings_of(res), default=str))}
+    out = timed_on_dask(workers, lambda address: analyze(parts, engine="dask", scheduler=address, progress=False))
+    res = out.pop("result")
+    return {**out, "findings": json.loads(json.dumps(findings_of(res), default=str))}
 
 
 # ============================================================================ SQL vs pandas
