@@ -136,9 +136,12 @@ def job_loss(occ: list[dict[str, Any]], members: list[Finding]) -> int:
     by_step: dict[int, dict[int, int]] = {}
     spans: list[tuple[int, int, int, int]] = []  # (ts, end, rank, lost) of occurrences without a step
     untimed = 0
+    of_rank: dict[Any, list[dict[str, Any]]] = {}
+    for o in occ:
+        of_rank.setdefault(o["rank"], []).append(o)
     for m in members:
         rank = int(m.rank or 0)
-        own = [o for o in occ if o["rank"] == m.rank]
+        own = of_rank.get(m.rank, [])
         whole = (bool(m.occurrences) and all(o.get("lost_ns") is not None for o in own)
                  and sum(int(o["lost_ns"]) for o in own) == int(m.lost_ns or 0))
         for o in (own if whole else [{"step": m.step, "ts_ns": m.ts_ns, "dur_ns": m.dur_ns, "lost_ns": m.lost_ns}]):

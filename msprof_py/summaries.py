@@ -71,8 +71,14 @@ def summaries(trace: Trace) -> dict[str, Any]:
     return out
 
 
-def _args(t: pa.Table, rows: np.ndarray) -> pa.ChunkedArray:
-    return t.column("args").take(pa.array(rows))
+def _args(t: pa.Table, rows: np.ndarray) -> pa.ChunkedArray | None:
+    """The `args` of these rows; None when the table has no `args` column."""
+    return t.column("args").take(pa.array(rows)) if "args" in t.column_names else None
+
+
+def _arg_field(args: pa.ChunkedArray | None, pattern: str, n: int) -> np.ndarray:
+    """A field parsed out of `args` (`_extract`); unknown (None) for all `n` rows without args."""
+    return np.full(n, None, dtype=object) if args is None else _extract(args, pattern)
 
 
 class Rows:
@@ -83,7 +89,6 @@ class Rows:
         the cluster analyses read it): the fields parsed out of it (task type, block dim, OP Type,
         allocator) are then unknown."""
         t = trace.table
-        has_args = "args" in t.column_names
         self.origin_ns = int(trace.meta.origin_ns or 0)
         self.topology = (trace.meta.extra or {}).get("topology") or {}
         df = t.select(_COLUMNS).to_pandas()
@@ -98,14 +103,13 @@ class Rows:
         tasks["end"] = tasks["ts"] + tasks["dur"]
         tasks["device"] = tasks["device"].fillna(-1).astype(np.int64)
         tasks["stream"] = tasks["stream"].astype("Int64")
-        args = _args(t, tasks.index.to_numpy()) if has_args else None
-        task_type = _extract(args, r'"Task Type":\s*"(?P<v>[^"]*)"') if has_args else np.full(len(tasks), None)
+        args = _args(t, tasks.index.to_numpy())
+        task_type = _arg_field(args, r'"Task Type":\s*"(?P<v>[^"]*)"', len(tasks))
         tasks["task_type"] = np.where(pd.isna(task_type), tasks["kind"].map(_DEFAULT_TASK_TYPE).fillna(NA), task_type)
-        tasks["block_dim"] = _extract(args, r'"Block Dim":\s*(?P<v>\d+)') if has_args else np.full(len(tasks), None)
+        tasks["block_dim"] = _arg_field(args, r'"Block Dim":\s*(?P<v>\d+)', len(tasks))
         # msprof's OP Type (the operator, e.g. Conv2D, of the instance Conv2D12) where the producer
         # recorded it (the emulator does; a torch_npu timeline does not): else the op's own name.
-        op_type = (_extract(args, r'"OP Type":\s*"(?P<v>(?:[^"\\]|\\.)*)"') if has_args
-                   else np.full(len(tasks), None))
+        op_type = _arg_field(args, r'"OP Type":\s*"(?P<v>(?:[^"\\]|\\.)*)"', len(tasks))
         op_type = np.array([None if v is None or pd.isna(v) else (json.loads(f'"{v}"') if "\\" in v else v)
                             for v in op_type], dtype=object)
         tasks["op_type"] = np.where(pd.isna(op_type), tasks["name"].to_numpy(dtype=object), op_type)
@@ -122,8 +126,7 @@ class Rows:
         steps["end"] = steps["ts"] + steps["dur"].fillna(0).astype(np.int64)
         self.steps = steps.sort_values(["rank", "ts"], kind="stable")
         memory = df[df["kind"].isin(("alloc", "free"))]
-        allocator = (_extract(_args(t, memory.index.to_numpy()), r'"Allocator":\s*"(?P<v>[^"]*)"') if has_args
-                     else np.full(len(memory), None))
+        allocator = _arg_field(_args(t, memory.index.to_numpy()), r'"Allocator":\s*"(?P<v>[^"]*)"', len(memory))
         # The driver's frees say "aclrtFree": one allocator, two call names.
         allocator = np.where(allocator == "aclrtFree", "aclrtMalloc", allocator)
         self.memory = memory.assign(allocator=allocator).sort_values(["rank", "ts"], kind="stable")
