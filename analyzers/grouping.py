@@ -144,7 +144,9 @@ def job_loss(occ: list[dict[str, Any]], members: list[Finding]) -> int:
         own = of_rank.get(m.rank, [])
         whole = (bool(m.occurrences) and all(o.get("lost_ns") is not None for o in own)
                  and sum(int(o["lost_ns"]) for o in own) == int(m.lost_ns or 0))
-        for o in (own if whole else [{"step": m.step, "ts_ns": m.ts_ns, "dur_ns": m.dur_ns, "lost_ns": m.lost_ns}]):
+        mine: list[dict[str, Any]] = (own if whole else
+                                      [{"step": m.step, "ts_ns": m.ts_ns, "dur_ns": m.dur_ns, "lost_ns": m.lost_ns}])
+        for o in mine:
             lost = int(o.get("lost_ns") or 0)
             if o.get("step") is not None:
                 per = by_step.setdefault(int(o["step"]), {})

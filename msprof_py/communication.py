@@ -11,12 +11,12 @@ Transit Size(MB) / Transit Time(ms) (MB = 2^20 bytes), in both files.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from analyzers.comm_links import link_series
+from analyzers.comm_links import Series, link_series
 from analyzers.comm_links import window as _window
 
 if TYPE_CHECKING:
@@ -57,7 +57,14 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
     return reduce([summarize(rows)], rows.topology, rows.origin_ns)
 
 
-def summarize(rows: "Rows") -> dict[str, Any]:
+class LinkRows(Protocol):
+    """What `summarize` reads of a trace: its device tasks and its counters (summaries.Rows has them)."""
+
+    tasks: pd.DataFrame
+    counters: pd.DataFrame
+
+
+def summarize(rows: "Rows | LinkRows") -> dict[str, Any]:
     """What `reduce` needs of some ranks (one rank partition's Rows, or the whole trace's): their
     collective slices with the Notify_Wait before each (one row per collective op), and the
     rate series of the links and ports they recorded. Small next to the partition."""
@@ -318,7 +325,7 @@ def _shared(links: dict, port: tuple, peers: list[tuple[int, tuple]], rank: int,
     return out
 
 
-def _link_series(rows: "Rows") -> dict[tuple, tuple[np.ndarray, ...]]:
+def _link_series(rows: "Rows | LinkRows") -> dict[tuple, Series]:
     """The trace's link rate series (analyzers.comm_links.link_series): the SLOW_LINK finding
     integrates the same series with the same function."""
     return link_series(rows.counters)
