@@ -30,6 +30,8 @@ MULTI_RANK_SWITCHES: dict[str, str] = {
                  "every collective crossing it is slower",
     "bandwidth-contention": "H2D prefetch copies on the PCIe links the collectives also cross, started with the "
                             "first gradient bucket: both run slower",
+    "no-overlap": "gradients reduced only after the whole backward (no bucketing under compute): every "
+                  "bucket's collective waits for the last backward kernel and the device idles through them",
     "leak": SWITCHES["leak"] + " (on one rank)",
 }
 
@@ -83,6 +85,7 @@ class ClusterProblems:
         self._slowed: list[int] = []  # corr of the slow rank's kernels
         self._prefetch: dict[int, tuple[Stream, int, int]] = {}  # rank -> (stream, host buffer, device buffer)
         self._copies: dict[int, list[int]] = {}  # rank -> corr of its prefetch copies
+        self._deferred: dict[int, list[list[int]]] = {}  # rank -> per step, corr of its deferred collectives
         assert rt.topology is not None, "cluster problems act on a multi-rank topology"
         self.link_ranks, self.links = slow_links(rt.topology, cfg.preset)
 
@@ -93,6 +96,8 @@ class ClusterProblems:
             self.report_slow_rank(compute, comm)
         if self.on("slow-link") and rank == self.link_ranks[0]:
             self.report_slow_link(comm)
+        if self.on("no-overlap"):
+            self.report_no_overlap(compute, comm)
 
     def on(self, switch: str) -> bool:
         return self.cfg.on(switch)
@@ -159,6 +164,31 @@ class ClusterProblems:
         self.log.add("slow-link", where=where(comm, links=sorted(links)), resolve=resolve,
                      detail=f"{' and '.join(sorted(links))} run at {SLOW_LINK_FRACTION:.0%} of {nominal:g} GB/s; "
                             "every collective step that sends across them waits for the slowest send")
+
+    # ------------------------------------------------------------------ no overlap
+    def deferred(self, rank: int, corrs: list[int]) -> None:
+        """Note one step's collectives that waited for the whole backward (the last bucket's excluded:
+        it follows the backward's last kernel with overlap too)."""
+        self._deferred.setdefault(rank, []).append(corrs)
+
+    def report_no_overlap(self, compute: Stream, comm: Stream) -> None:
+        rank, dev = compute.device.rank, compute.device.id
+
+        def resolve(tasks: TaskIndex) -> dict[str, Any]:
+            steps = [[tasks[c] for c in corrs] for corrs in self._deferred.get(rank, [])]
+            first, last = steps[0][0], steps[-1][-1]
+            # The device's idle while the deferred collectives ran: what overlapping them under the
+            # backward recovers at most (the last layer's bucket stays partly exposed even then).
+            idle = sum(kernel_idle_ns(tasks, rank, dev, s[0].start_ns, s[-1].end_ns) for s in steps)
+            return {"when": {"start_ns": first.start_ns, "end_ns": last.end_ns},
+                    "expected": {"collectives_per_step": len(steps[0]), "steps": len(steps), "comm_stream": comm.id,
+                                 "deferred_ns": sum(s[-1].end_ns - s[0].start_ns for s in steps),
+                                 "first_deferred": task_dict(first),
+                                 "cost": cost_dict(ns=idle, span_ns=device_span_ns(tasks, rank, dev))}}
+
+        self.log.add("no-overlap", where=where(comm, call_site=f"{self.call_site}:reduce"), resolve=resolve,
+                     detail=f"rank {rank} reduces every gradient bucket on stream {comm.id} only after the whole "
+                            "backward: the collectives run with no compute alongside")
 
     # ------------------------------------------------------------------ bandwidth contention
     def prefetch(self, after: Any, device_stream: Stream) -> None:

@@ -194,14 +194,24 @@ class _Rank:
         rt.memcpy_async(self.host_loss, LOSS_BYTES, self.dev_loss, LOSS_BYTES, MEMCPY_DEVICE_TO_HOST, comp)
         # Backward: each bucket goes to the communication stream as soon as its gradients exist.
         self.run(next(phases))
+        # Without overlap (the no-overlap switch) every bucket waits for the whole backward.
         buckets = ([head] if head is not None else []) + list(range(layers, 0, -1))
+        defer = self.problems.on("no-overlap")
         for k, bucket in enumerate(buckets):
             if bucket != head:
                 self.run(next(phases))
-            self.reduce(bucket)
-            if k == 0:
-                self.problems.prefetch(self.ev_grad[bucket], comp)
+            if not defer:
+                self.reduce(bucket)
+                if k == 0:
+                    self.problems.prefetch(self.ev_grad[bucket], comp)
         self.run(next(phases))
+        if defer:
+            corrs = []
+            for k, bucket in enumerate(buckets):
+                corrs.append(self.reduce(bucket))
+                if k == 0:  # the prefetch still starts with the first bucket's reduce
+                    self.problems.prefetch(self.ev_grad[bucket], comp)
+            self.problems.deferred(self.rank, corrs)
         self.reduce(0)
         rt.record_event(self.ev_reduced, self.comm_s)
         rt.stream_wait_event(comp, self.ev_reduced)
@@ -223,16 +233,16 @@ class _Rank:
         if self.zero:
             self.rt.stream_wait_event(self.comp, self.ev_param[bucket])
 
-    def reduce(self, bucket: int) -> None:
+    def reduce(self, bucket: int) -> int:
+        """Hand `bucket`'s gradients to the communication stream and reduce them; the collective's corr."""
         rt, comm, dtype = self.rt, self.comm, self.model.grad_dtype
         rt.record_event(self.ev_grad[bucket], self.comp)
         rt.stream_wait_event(self.comm_s, self.ev_grad[bucket])
         grads = self.grads[bucket]
         if self.zero:
-            hccl.reduce_scatter(grads, self.grad_shards[bucket], self.shard[bucket], dtype, hccl.HCCL_REDUCE_SUM,
-                                comm, self.comm_s)
-        else:
-            hccl.all_reduce(grads, grads, self.elems[bucket], dtype, hccl.HCCL_REDUCE_SUM, comm, self.comm_s)
+            return hccl.reduce_scatter(grads, self.grad_shards[bucket], self.shard[bucket], dtype,
+                                       hccl.HCCL_REDUCE_SUM, comm, self.comm_s)
+        return hccl.all_reduce(grads, grads, self.elems[bucket], dtype, hccl.HCCL_REDUCE_SUM, comm, self.comm_s)
 
     def run(self, ops: list[tuple[str, str, float]]) -> None:
         for name, core, ns in ops:
