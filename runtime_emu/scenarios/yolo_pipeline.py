@@ -37,6 +37,7 @@ WEIGHT_BYTES = 7_225_885 * 2  # YOLOv5s parameters in fp16
 IN_BYTES = 3 * 640 * 640 * 2  # the letterboxed image, NCHW fp16
 PRED_BYTES = 25_200 * 85 * 2  # (80x80 + 40x40 + 20x20) x 3 anchors x (4 box + 1 obj + 80 classes), fp16
 HEAD_BYTES = tuple(side * side * 3 * 85 * 2 for side in (80, 40, 20))  # the three detection heads' outputs
+COUNT_BYTES = 8  # the launch-bound decode loop's read: one int64
 HEAD_OPS = 6  # three head Conv2D (each writes its head's output), then three in-place Sigmoid
 # DEFAULTS: the heads' tensors are small, so these kernels use part of the 40 Vector cores and
 # the output stream's ConcatD can run beside a Sigmoid.
@@ -94,6 +95,8 @@ class _Pipeline:
         self.host_in = [rt.malloc_host(IN_BYTES) for _ in range(slots)]
         self.dev_in = [rt.malloc(IN_BYTES) for _ in range(slots)]
         self.host_out = [rt.malloc_host(PRED_BYTES) for _ in range(slots)]
+        # Only the launch-bound decode loop reads a count back; the healthy program allocates nothing for it.
+        self.host_count = rt.malloc_host(COUNT_BYTES) if self.cfg.on("launch-bound") else None
         self.heads = [tuple(rt.malloc(n) for n in HEAD_BYTES) for _ in range(slots)]
         self.ev_in, self.ev_out, self.ev_done = ([rt.create_event() for _ in range(slots)] for _ in range(3))
         self.slots = slots
@@ -144,7 +147,11 @@ class _Pipeline:
             rt.record_event(self.ev_done[b], self.s_out)
         # What the switches add once the image's work is queued.
         if self.cfg.on("launch-bound"):
-            rt.synchronize_stream(self.s_comp)  # the Python decode loop reads the heads' shapes
+            # The Python decode loop reads a count off the device first (`.item()`: a small D2H copy, then
+            # a synchronize), so its tiny ops start once the network has run.
+            rt.memcpy_async(self.host_count, COUNT_BYTES, self.heads[b][-1], COUNT_BYTES, MEMCPY_DEVICE_TO_HOST,
+                            self.s_comp)
+            rt.synchronize_stream(self.s_comp)
             self.last_kernel = inj.tiny_ops(self.s_comp, DECODE_OPS, "yolov5.detect:eager_decode")[-1]
         if i == self.cfg.steps // 2:
             inj.fragment(self.s_comp, "yolov5.forward:activations")
@@ -191,6 +198,8 @@ class _Pipeline:
             rt.free(ptr)
         for ptr in (*self.host_in, *self.host_out):
             rt.free_host(ptr)
+        if self.host_count is not None:
+            rt.free_host(self.host_count)
 
 
 def program(rt: "Runtime", cfg: Config) -> None:
