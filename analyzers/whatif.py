@@ -44,6 +44,7 @@ REMEDY_FOR: dict[str, str] = {
     "UNDER_OCCUPANCY": "spread",
     "BANDWIDTH_CONTENTION": "stagger",
     "CORE_CONTENTION": "priority",
+    "LOW_OVERLAP": "overlap",
 }
 
 

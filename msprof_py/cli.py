@@ -421,9 +421,11 @@ def replay_cmd(
     trace_path: TraceArg,
     remedy: Annotated[Optional[list[str]], typer.Option(
         "--remedy", show_default=False,
-        help="A remedy to apply (repeatable): launch[=NS] (launch calls cost at most NS, default 2000), data "
-             "(prefetch: loading moves to a loader thread one batch ahead), sync (defer synchronizes to the end "
-             "of the step). None: the trace re-timed as recorded.")] = None,
+        help="A remedy to apply (repeatable): NAME[=ARG][@RANK,...], NAME one of launch[=NS] (launch calls cost "
+             "at most NS, default 2000), compile[=NS], data (prefetch), sync (defer synchronizes), pipeline, "
+             "pinned, copy (double buffer), queue, straggler, link, spread, priority[=STREAM], stagger, overlap "
+             "(reduce gradients under the backward); the README's replay table says what each edits. None: the "
+             "trace re-timed as recorded.")] = None,
     output: Annotated[Optional[Path], typer.Option(
         "-o", "--output", show_default=False,
         help="Write the re-timed trace here: OUT.parquet or a directory, as `import` does.")] = None,

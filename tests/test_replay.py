@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analyzers import Frames
@@ -259,3 +260,58 @@ def test_cli_refuses_a_remedy_it_does_not_know_in_one_line_and_writes_nothing(tm
     assert res.returncode == 2
     assert res.stderr.strip() == f"msprof-py: error: {message}"
     assert not out.exists() and "Traceback" not in res.stderr
+
+
+# ---------------------------------------------------------------- overlap: buckets reduced under the backward
+def _hcom_starts(trace, rank: int = 0) -> list[int]:
+    df = trace.table.to_pandas()
+    c = df[(df["kind"] == "collective") & (df["rank"] == rank) & df["name"].str.startswith("hcom")]
+    return c.sort_values("ts")["ts"].astype(int).tolist()
+
+
+def test_overlap_remedy_starts_each_bucket_where_the_overlapped_program_does():
+    # bert-train-dp with no-overlap: 4 layer buckets and the embeddings' all wait for the last
+    # backward kernel. Overlapped, each layer's reduce starts once that layer's backward ended (the
+    # switch off runs it so); the embeddings' waits for the backward's end either way.
+    bad = scenarios.run("bert-train-dp", switches=["no-overlap"], seed=0, steps=1, ranks=2).trace
+    good = scenarios.run("bert-train-dp", seed=0, steps=1, ranks=2).trace
+    r = replay(Frames(bad), [Remedy("overlap")])
+    got, want = _hcom_starts(r.trace), _hcom_starts(good)
+    assert len(got) == len(want) == 5
+    assert _hcom_starts(bad)[0] > want[-2]  # the problem: every bucket after the backward
+    # Within 2 us of the overlapped run (its kernels' jitter differs by that much), the span within 0.01%.
+    assert max(abs(a - b) for a, b in zip(got, want)) < 2_000
+    assert abs(r.new_span_ns - replay(Frames(good)).span_ns) < 1e-4 * r.new_span_ns
+    # A program that overlaps already has nothing to gain, and nothing moves.
+    same = replay(Frames(good), [Remedy("overlap")])
+    assert (same.saving_ns, same.moved) == (0, 0)
+
+
+def test_overlap_remedy_reads_layers_off_the_repeated_backward_and_falls_back_to_even_buckets():
+    from analyzers.causality.replay import _ready_kernels
+
+    # Forward F F F, head H, backward per layer (a, b, c) x 3, embeddings E: 3 layer buckets of one
+    # size issued first, the embeddings' (bigger) last. Each layer's bucket waits for its c.
+    names = ["F", "F", "F", "H", "a", "b", "c", "a", "b", "c", "a", "b", "c", "E"]
+    ops = np.unique(names, return_inverse=True)[1]
+    window = np.arange(len(names))
+    dur = np.full(len(names), 10)
+    size = np.array([4.0, 4.0, 4.0, 9.0])
+    assert _ready_kernels(window, ops, dur, size) == [6, 9, 12, 13]
+    # A head bucket issued before the layers waits for the kernel before the first layer's backward.
+    assert _ready_kernels(window, ops, dur, np.array([7.0, 4.0, 4.0, 4.0, 9.0])) == [3, 6, 9, 12, 13]
+    # Sizes unknown: the backward (the last 2/3 of the kernel time) split evenly, the i-th of n at
+    # i/(n-1) of it and the last two at its end. 12 kernels of 10 ns: the backward is the last 80 ns.
+    window = np.arange(12)
+    got = _ready_kernels(window, np.zeros(12, dtype=np.int64), np.full(12, 10), np.full(3, np.nan))
+    assert got == [7, 11, 11]
+
+
+def test_overlap_remedy_leaves_a_collective_split_into_tasks_alone(real_traces):
+    # torch_npu's HCCL ops come with their tasks (Reduce_Inline, Notify_Record: collective rows
+    # without a communicator): one operation, nothing to spread over the backward.
+    from msprof_py.loading import load_job, trace_inputs
+
+    frames = Frames(load_job(trace_inputs(real_traces / "ascend" / "resnet_2rank_level1_text")))
+    r = replay(frames, [Remedy("overlap")])
+    assert (r.saving_ns, r.moved) == (0, 0)

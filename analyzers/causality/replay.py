@@ -116,6 +116,13 @@ REMEDY_DOCS = {
     "stagger": "stagger transfers: a copy nothing waited for (no kernel or host call that followed it started "
                "within 5 us of its end, e.g. a prefetch) that shared its link with a copy something did wait for "
                "starts after that copy ended, which then has the link to itself (the links' sharing times both)",
+    "overlap": "overlap gradient reduction with the backward (buckets on a communication stream): collectives "
+               "that all waited for one kernel and ran back to back while that kernel's stream ran nothing (every "
+               "bucket held until the backward ended) start as their gradients are ready instead: of n such, the "
+               "i-th (in issue order) waits for the kernel ending i/(n-1) of the backward, the last two (the first "
+               "layers' and the embeddings', whose backward is the last and cheapest) for that kernel; "
+               "the backward is the last 2/3 of the stream's kernel time in the step up to that kernel (backward "
+               "costs twice the forward); each still runs after the one before it on its stream",
 }
 #: Remedies that take an argument (ns; `priority`: a stream id).
 TAKES_ARG = ("launch", "compile", "priority")
@@ -218,6 +225,8 @@ class Remedy:
             _stagger(jg, e, self.ranks)
         elif self.name == "priority":
             _raise_priority(frames, jg, e, self.arg, self.ranks)
+        elif self.name == "overlap":
+            _overlap_buckets(frames, jg, e, self.ranks)
 
 
 def _cheapen_launches(jg: JobGraph, e: Edit, w: np.ndarray, mine: np.ndarray, cause_name: str, floor: int) -> None:
@@ -626,6 +635,172 @@ def _stagger(jg: JobGraph, e: Edit, ranks) -> None:
         _add(e, np.concatenate(froms), np.concatenate(tos))
 
 
+#: The backward's share of a training step's compute (backward costs twice the forward: 4N of the
+#: 6N FLOPs per token and parameter).
+BACKWARD_SHARE = 2 / 3
+
+
+#: The longest per-layer kernel sequence the overlap remedy looks for (kernels).
+PERIOD_CAP = 4096
+
+
+def _overlap_buckets(frames: Frames, jg: JobGraph, e: Edit, ranks) -> None:
+    """Gradient buckets reduced under the backward (REMEDY_DOCS["overlap"])."""
+    a = jg.arrays
+    w = e.w[:len(a["etype"])]
+    sync = a["etype"] == _SYNC
+    release = pd.Series(a["src"][sync], index=a["dst"][sync])  # a task's start (or a wait's end) <- a producer's end
+    release = release[~release.index.duplicated(keep="last")]
+    steps = frames.steps
+    nbytes = frames.table.column("bytes").to_numpy(zero_copy_only=False) if "bytes" in frames.table.column_names \
+        else None
+    for r, g in jg.graphs.items():
+        if (ranks is not None and r not in ranks) or not g.D:
+            continue
+        t = g.tasks
+        base = jg.offsets[r] + 2 * g.H
+        kind = t["kind"].to_numpy()
+        waiting = t["waiting"].to_numpy(bool) if "waiting" in t else kind == "wait"
+        lanes = t["device"].to_numpy(np.int64) * (1 << 32) + t["stream"].to_numpy(np.int64)
+        ts, end = t["ts"].to_numpy(np.int64), t["end"].to_numpy(np.int64)
+        size = (nbytes[t["table_row"].to_numpy(np.int64)].astype(np.float64) if nbytes is not None
+                else np.full(len(t), np.nan))
+        ops = pd.factorize(t["name"].astype(str).str.replace(r"\d+$", "", regex=True).to_numpy())[0]
+        mine = steps[steps["rank"] == r] if not steps.empty else steps
+        since: dict[int, int] = {}  # per lane: the gate of its run before (the step before, without markers)
+        typed = t["addr"].notna().to_numpy() & t["value"].notna().to_numpy()
+        for gate, wait, colls in _deferred_runs(kind, waiting & ~typed | ((kind == "collective") & ~typed), lanes,
+                                                release, base, g.D):
+            lane = np.flatnonzero((lanes == lanes[gate]) & (kind == "kernel"))
+            after = lane[ts[lane] >= end[gate]]
+            held = len(after) and ts[after[0]] >= end[colls[-2]]  # the stream waited for them all
+            window = lane[(end[lane] <= end[gate]) & (lane > since.get(lanes[gate], -1))]
+            since[lanes[gate]] = gate
+            if not held:
+                continue
+            s = mine[(mine["ts"] <= ts[gate]) & (mine["end"] >= end[gate])] if not mine.empty else mine
+            if not s.empty:
+                window = window[ts[window] >= int(s["ts"].max())]
+            ready = _ready_kernels(window, ops, end - ts, size[colls])
+            if ready is None:
+                continue
+            first_dst = base + g.D + wait if wait is not None else base + colls[0]
+            dsts = np.concatenate([[first_dst], base + np.asarray(colls[1:], dtype=np.int64)])
+            w[sync & np.isin(a["dst"], dsts) & (a["src"] == base + g.D + gate)] = np.nan
+            e.no_slack[dsts] = True
+            _add(e, base + g.D + np.asarray(ready, dtype=np.int64), dsts)
+
+
+def _deferred_runs(kind, waiting, lanes, release: pd.Series, base: int, D: int) -> list[tuple[int, int | None, list[int]]]:
+    """Per stream in time order, the runs of two or more collectives after one kernel: (the
+    kernel whose end released them, the wait task before the run or None, the collectives' task
+    indices). `waiting` marks a collective's pieces that are not the operation itself (its
+    waits, the tasks HCCL splits it into: rows without the communicator and sequence number
+    that type an operation), which belong to the run without counting. A collective's gate is
+    its own release's producer, else the run's: the wait before it, or the collective before it
+    with nothing else between."""
+    order = np.lexsort((np.arange(len(kind)), lanes))
+    producer = np.full(len(kind), -1, dtype=np.int64)
+    key = np.where(kind == "wait", base + D + np.arange(len(kind)), base + np.arange(len(kind)))
+    src = release.reindex(key).to_numpy()
+    has = ~np.isnan(src)
+    producer[has] = src[has].astype(np.int64) - base - D
+    producer[(producer < 0) | (producer >= D)] = -1
+    out: list[tuple[int, int | None, list[int]]] = []
+    gate, wait, lane = -1, None, None
+    colls: list[int] = []
+
+    def close() -> None:
+        if gate >= 0 and len(colls) >= 2 and kind[gate] == "kernel":
+            out.append((gate, wait, list(colls)))
+
+    for j in order.tolist():
+        if lanes[j] != lane:
+            close()
+            gate, wait, colls, lane = -1, None, [], lanes[j]
+        if kind[j] == "wait":
+            close()
+            gate, wait, colls = int(producer[j]), j, []
+        elif kind[j] == "collective":
+            if producer[j] >= 0 and producer[j] != gate:
+                close()
+                gate, wait, colls = int(producer[j]), None, []
+            if not waiting[j]:
+                colls.append(j)
+        else:
+            close()
+            gate, wait, colls = -1, None, []
+    close()
+    return out
+
+
+def _ready_kernels(window: np.ndarray, ops: np.ndarray, dur: np.ndarray, size: np.ndarray) -> list[int] | None:
+    """Where each of a run's collectives has its gradients: the kernel (a task index) it waits
+    for, the last one the backward's last kernel (`window[-1]`, the gate). `window` is the gate's
+    stream's kernels in the step up to the gate; `ops` every task's op type (its name without a
+    trailing index), `size` the collectives' bytes.
+
+    The layers: the collectives of the most common size, m >= 2 of them one after another, are one
+    layer each, and the backward of a layer is one kernel sequence (P kernels) repeated m times;
+    the run of m repetitions nearest the gate gives each layer's last kernel (the one issued first
+    is the last layer, the first in the backward). A collective issued before them waits for the
+    kernel before the first layer's backward, one after them for the gate. Without such a run:
+    the backward is the last BACKWARD_SHARE of the window's kernel time and the i-th of n
+    collectives waits for the kernel that ends i/(n-1) of it (the last two, the first layers' and
+    the embeddings' whose backward is the last and cheapest, for the gate)."""
+    n = len(size)
+    if len(window) < n:
+        return None
+    layers = _layer_ends(window, ops, size)
+    if layers is not None:
+        first, ends, lo, hi = layers
+        return [first if i < lo else ends[i - lo] if i < hi else int(window[-1]) for i in range(n)]
+    busy = np.cumsum(dur[window])
+    total = busy[-1]
+    start = total * (1 - BACKWARD_SHARE)
+    marks = start + (total - start) * np.minimum(np.arange(1, n + 1) / (n - 1), 1.0)
+    k = np.minimum(np.searchsorted(busy, marks - 0.5, side="left"), len(window) - 1)
+    out = [int(j) for j in window[k]]
+    out[-1] = int(window[-1])
+    return out
+
+
+def _layer_ends(window: np.ndarray, ops: np.ndarray, size: np.ndarray) -> tuple[int, list[int], int, int] | None:
+    """(the kernel before the first layer's backward, each layer's last kernel in issue order, the
+    layer collectives' first and past-last position in the run) or None (see `_ready_kernels`)."""
+    known = size[~np.isnan(size)]
+    if len(known) < 2:
+        return None
+    values, counts = np.unique(known, return_counts=True)
+    common = values[np.argmax(counts)]
+    pos = np.flatnonzero(size == common)
+    m = len(pos)
+    if m < 2 or pos[-1] - pos[0] != m - 1:
+        return None
+    seq = ops[window]
+    L = len(seq)
+    best: tuple[int, int] | None = None  # (kernels covered, end) of the chosen period's last run
+    period = 0
+    for P in range(1, min(L // m, PERIOD_CAP) + 1):
+        eq = np.concatenate([[False], seq[P:] == seq[:-P], [False]])
+        edges = np.flatnonzero(np.diff(eq.astype(np.int8)))
+        starts, stops = edges[::2], edges[1::2]
+        ok = stops - starts >= (m - 1) * P
+        if not ok.any():
+            continue
+        a, b = starts[ok][-1], stops[ok][-1]
+        cover = b + P - a
+        if best is None or (cover, b + P) > best:  # the most kernels repeated; of those, the latest
+            best, period = (cover, b + P), P
+    if best is None:
+        return None
+    stop = best[1]  # one past the last kernel of the repeated run
+    ends = [int(window[stop - 1 - (m - 1 - k) * period]) for k in range(m)]
+    before = stop - 1 - m * period
+    first = int(window[max(before, 0)])
+    return first, ends, int(pos[0]), int(pos[-1]) + 1
+
+
 def _host_nodes(jg: JobGraph, klasses: tuple[str, ...], ranks=None) -> pd.DataFrame:
     """The host calls of `klasses` (of `ranks`, None: every rank): rank, pid, tid, ts, end, start /
     end node, label."""
@@ -777,7 +952,9 @@ def _releases(frames: Frames, jg: JobGraph) -> tuple[np.ndarray, np.ndarray, np.
     p = p[(p["ranks"] > 1) & p["rank"].isin(list(jg.graphs))]
     if p.empty:
         return none, none, none
-    arrive, held_src, held_dst = [], [], []  # (part, node); (part, node) pairs
+    arrive: list[tuple[int, int]] = []  # (part, node)
+    held_src: list[int] = []  # parts ...
+    held_dst: list[int] = []  # ... and the node each holds
     for r, g in jg.graphs.items():
         sub = p[p["rank"] == r]
         if sub.empty or not g.D:
