@@ -64,6 +64,14 @@ def _scenario(name: str, switches: tuple[str, ...], seed: int, params: dict[str,
     return run
 
 
+def device_span_ns(trace: Any) -> int:
+    """A run's span as the replay measures it: first device task's start to the last one's end."""
+    from analyzers import Frames
+
+    ops = Frames(trace).device_ops
+    return int(ops["end"].max() - ops["ts"].min()) if len(ops) else 0
+
+
 def _app(name: str, *args: str) -> Callable[[], Any]:
     """A problem app of tests/apps run in this process (its trace, captured at acl.finalize)."""
     def run():
@@ -98,6 +106,8 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
                             _scenario(name, ("slow-rank",), seed), _scenario(name, (), seed)))
             out.append(Pair(f"{name} slow-link seed {seed}", "switch off", ("SLOW_LINK",),
                             _scenario(name, ("slow-link",), seed), _scenario(name, (), seed)))
+            out.append(Pair(f"{name} no-overlap seed {seed}", "switch off (buckets reduced under the backward)",
+                            ("LOW_OVERLAP",), _scenario(name, ("no-overlap",), seed), _scenario(name, (), seed)))
         for name in single:
             out.append(Pair(f"{name} serial-copies seed {seed}", "switch off (double-buffered)", ("BUBBLE_COPY",),
                             _scenario(name, ("serial-copies",), seed), _scenario(name, (), seed)))
@@ -125,6 +135,8 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
                  _app("wide_kernels")),
             Pair("app core_starvation", "core_priority_twin (preemption)", ("CORE_CONTENTION",),
                  _app("core_starvation"), _app("core_priority_twin")),
+            Pair("app allreduce_after_backward", "healthy_allreduce", ("LOW_OVERLAP",),
+                 _app("allreduce_after_backward"), _app("healthy_allreduce")),
         ]
     if quick:
         keep = ("bert-train-dp slow-rank seed 0", "resnet50-infer launch-bound seed 0",
