@@ -236,8 +236,8 @@ class Rows:
         elif kind is MEMSET:
             row = (K_MEMSET, code("MEMSET"), NULL, NULL, task.bytes, NULL, NULL)
         elif kind is WAIT or kind is RECORD:
-            if kind is WAIT and task.extra != "waited":
-                return  # an already-satisfied wait takes no device time
+            # A wait whose event had fired already is recorded too (no time), as the device logs every
+            # EVENT_WAIT task: it is the trace's evidence of what the stream's next task waited for.
             ev = task.event
             assert ev is not None, "an event task has its event"
             row = (K_WAIT if kind is WAIT else K_RECORD, code("EVENT_WAIT" if kind is WAIT else "EVENT_RECORD"),

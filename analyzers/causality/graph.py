@@ -13,6 +13,9 @@ zero-length event records on a stream) and host calls. Edges, each a release tim
   the stream-wait call starts after the task launched last on the recorded stream before the
   record call ended (`Tasks.event_src`). Such a wait row is the runtime's record of the call, at
   the call's time on the host clock, not a device task: it never enters a stream's FIFO order;
+- passed event wait: a device-side wait that took no time (its event had fired) and names its
+  event is no task but a link: the next task on its stream starts after the task before the
+  event's latest record on another stream (`passed_wait_sources`);
 - host program order: a launch call starts after the calls before it on its host thread, and
   what the thread did meanwhile is its host state (`HostState`);
 - full queue -> launch return: a launch made at a full stream queue blocks until a task on its
@@ -105,7 +108,7 @@ def stream_tasks(frames: Frames) -> pd.DataFrame:
     # Collective parts and waits on a device but on no stream (torch_npu writes HCCL's planes as
     # their own threads): lanes of their own (stream -2 - tid), so they can release a wait.
     planes = frames.kind_mask(("collective", "wait")) & ~has_stream & has_device
-    mask = ((frames.kind_mask(TASK_KINDS) & has_stream) | planes) & ~_wait_calls(frames)
+    mask = ((frames.kind_mask(TASK_KINDS) & has_stream) | planes) & ~_wait_calls(frames) & ~_passed_waits(frames)
     # value / addr: a kernel's blocks and cores (analyzers.causality.contention).
     sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "tid", "value",
                     "addr"]).filter(pa.array(mask))
@@ -317,6 +320,61 @@ def rank_tasks(frames: Frames, rank: int, host: HostState, slack_ns: int) -> Tas
                  waited=waited, by_end=by_end, event_src=event_src)
 
 
+def _passed_waits(frames: Frames) -> np.ndarray:
+    """Device-side event waits that took no time (the event had fired: the device logs an
+    EVENT_WAIT task anyway) and name their event (`addr`): links, not tasks (see
+    `passed_wait_sources`)."""
+    t = frames.table
+    dur = t.column("dur").to_numpy(zero_copy_only=False)
+    return (frames.kind_mask(("wait",)) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
+            & t.column("addr").is_valid().to_numpy(zero_copy_only=False) & (np.nan_to_num(dur, nan=1.0) == 0))
+
+
+def passed_wait_sources(frames: Frames, rank: int, tasks: pd.DataFrame) -> np.ndarray:
+    """Per task of `tasks` (one rank's stream_tasks rows, in order): the task whose end fired the
+    event a wait that took no time made it wait for, -1: none. Such a wait holds back the next
+    task on its stream; its event fired when the task before the event's latest record (a
+    zero-length marker naming the same event on another stream of the device, at or before the
+    wait) ended. Device times only: the wait and the record are both device rows."""
+    n = len(tasks)
+    out = np.full(n, -1, dtype=np.int64)
+    t = frames.table
+    mask = _passed_waits(frames) & (t.column("rank").to_numpy() == rank)
+    if not n or not mask.any():
+        return out
+    w = t.select(["ph", "ts", "device", "stream", "addr"]).filter(pa.array(mask)).to_pandas()
+    w = w[w["ph"] == "X"]
+    kind = tasks["kind"].to_numpy()
+    ts = tasks["ts"].to_numpy(np.int64)
+    end = tasks["end"].to_numpy(np.int64)
+    device = tasks["device"].to_numpy(np.int64)
+    stream = tasks["stream"].to_numpy(np.int64)
+    event = _event_ids(tasks)
+    lanes = pd.DataFrame({"d": device, "s": stream}).groupby(["d", "s"]).indices
+    rec = np.flatnonzero((kind == "marker") & ~np.isnan(event))
+    records = pd.DataFrame({"d": device[rec], "e": event[rec], "i": rec}).groupby(["d", "e"]).indices
+    none = np.zeros(0, dtype=np.int64)
+    for d, s_, at, ev in zip(w["device"].to_numpy(np.int64), w["stream"].to_numpy(np.int64),
+                             w["ts"].to_numpy(np.int64), w["addr"].to_numpy(np.float64)):
+        lane = np.asarray(lanes.get((d, s_), none))
+        k = np.searchsorted(ts[lane], at, "left")  # lanes are in stream order
+        cand = rec[np.asarray(records.get((d, ev), none), dtype=np.int64)]
+        cand = cand[(ts[cand] <= at) & (stream[cand] != s_)]
+        if k >= len(lane) or not len(cand):
+            continue
+        r = int(cand[np.argmax(ts[cand])])
+        # The record fires when the task before it on its stream is done (markers skipped).
+        src_lane = np.asarray(lanes[(d, int(stream[r]))])
+        before = src_lane[:int(np.flatnonzero(src_lane == r)[0])]  # lanes are in stream order
+        before = before[kind[before] != "marker"]
+        if not len(before):
+            continue
+        src, j = int(before[-1]), int(lane[k])
+        if out[j] < 0 or end[src] > end[out[j]]:
+            out[j] = src
+    return out
+
+
 def _wait_calls(frames: Frames) -> np.ndarray:
     """Rows that record a stream-wait call with the record call of its event: `wait` rows on a
     stream whose `value` names that call (Kineto's Stream Wait Event)."""
@@ -379,9 +437,10 @@ def event_sources(frames: Frames, rank: int, tasks: pd.DataFrame, launch_ts: np.
     record call's stream had been given before the record call is done: the task launched last
     there before the record call began (none: the event had fired already). A task several
     waits hold back takes the source that ended last. Times compared are the host's launch and
-    call times, all on one clock."""
+    call times, all on one clock. Waits the device logged that took no time add their links
+    (`passed_wait_sources`)."""
     n = len(tasks)
-    out = np.full(n, -1, dtype=np.int64)
+    out = passed_wait_sources(frames, rank, tasks)
     links = event_links(frames, rank)
     if not n or links.empty:
         return out
