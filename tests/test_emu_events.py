@@ -154,6 +154,27 @@ def test_record_already_executed_when_the_wait_arrives_costs_nothing():
     assert gt_of(result, consumer)["cause"] == "launch"
 
 
+def test_the_dependency_graph_reads_a_wait_that_took_no_time_as_a_link_to_the_events_producer():
+    from analyzers import Frames
+    from analyzers.causality.graph import passed_wait_sources, stream_tasks
+
+    acl.init(preset=P)
+    acl.rt.set_device(0)
+    a, b = acl.rt.create_stream(), acl.rt.create_stream()
+    e = acl.rt.create_event()
+    acl.rt.launch_kernel(producer("producer", 1_000), 4, a)  # runs 1900..2900
+    acl.rt.record_event(e, a)
+    acl.rt.launch_kernel(producer("busy", 20_000), 4, b)  # b is busy past the record
+    acl.rt.stream_wait_event(b, e)  # satisfied when b reaches it
+    acl.rt.launch_kernel(CONSUMER, 2, b)
+    frames = Frames(acl.finalize().trace)
+    t = stream_tasks(frames)
+    names = t["name"].astype(str).tolist()
+    assert "EVENT_WAIT" not in names  # a link, not a task
+    src = passed_wait_sources(frames, 0, t)
+    assert {names[j]: names[s] for j, s in enumerate(src.tolist()) if s >= 0} == {"consumer": "producer"}
+
+
 def test_a_wait_before_any_record_completes_at_once():
     acl.init(preset=P)
     acl.rt.set_device(0)  # host 100
