@@ -89,10 +89,10 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     preset = frames.trace.meta.extra.get("preset") or {}
     findings: list[Finding] = []
     metrics: dict = {"copies": bandwidth_summary(copies).to_dict("records"),
-                     "nominal_gbps": _nominal(preset) if preset else {}}
+                     "nominal_gbps": nominal_gbps(preset) if preset else {}}
     windows = device_windows(frames)
     step_ns = {key: max(int((w["end"] - w["start"]).sum()), 1) for key, w in windows.items()}
-    share_pcie = _collectives_share_copy_links(frames)
+    share_pcie = collectives_share_copy_links(frames)
     if not copies.empty:
         copies = copies.reset_index(drop=True)
         copies["link"] = copies["kind"].map(LINK_OF_KIND).fillna("other:" + copies["kind"].astype(str))
@@ -126,7 +126,7 @@ def analyze(frames: Frames, cfg: BandwidthConfig):
     return findings, metrics
 
 
-def _nominal(preset: dict) -> dict[str, float]:
+def nominal_gbps(preset: dict) -> dict[str, float]:
     pcie, hbm = float(preset["pcie_gbps"]), float(preset["hbm_gbps"])
     return {"Memcpy HtoD": pcie, "Memcpy DtoH": pcie, "Memcpy DtoD": hbm / 2, "Memset": hbm}
 
@@ -141,7 +141,7 @@ def _alone_ns(copies: pd.DataFrame, preset: dict, cfg: BandwidthConfig) -> pd.Se
     """How long each copy would take with its link to itself (NaN: no reference to judge it by)."""
     nbytes = copies["bytes"].to_numpy(dtype=np.float64)
     if preset:
-        gbps = copies["kind"].map(_nominal(preset)).to_numpy(dtype=np.float64)
+        gbps = copies["kind"].map(nominal_gbps(preset)).to_numpy(dtype=np.float64)
         latency = float(preset.get("copy_latency_ns", 0) or 0)
         return pd.Series(latency + nbytes / gbps, index=copies.index)
     out = np.full(len(copies), np.nan)
@@ -164,7 +164,7 @@ def _alone_ns(copies: pd.DataFrame, preset: dict, cfg: BandwidthConfig) -> pd.Se
     return pd.Series(out, index=copies.index)
 
 
-def _collectives_share_copy_links(frames: Frames) -> bool:
+def collectives_share_copy_links(frames: Frames) -> bool:
     """Only where collectives cross the links copies use (PCIe-card servers, NICs behind PCIe)
     can copies slow them; the trace's topology says so."""
     topo = frames.trace.meta.extra.get("topology") or {}

@@ -122,7 +122,7 @@ def reference_copies(frames: Frames, cfg: Any) -> pd.DataFrame:
     colls = ops[ops["kind"].astype(str) == "collective"]
     copies = copies.reset_index(drop=True)
     copies["link"] = copies["kind"].map(bandwidth.LINK_OF_KIND).fillna("other:" + copies["kind"].astype(str))
-    share = bandwidth._collectives_share_copy_links(frames)
+    share = bandwidth.collectives_share_copy_links(frames)
     copies["overlaps"] = bandwidth._overlap_counts(copies, colls if share else colls.iloc[0:0])
     ref = bandwidth.reference_pool(copies, cfg)
     return pd.DataFrame({"kind": ref["kind"].astype(str).to_numpy(dtype=object),

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.bandwidth import _collectives_share_copy_links
 from analyzers.causality.replay import Remedy, ReplayResult, replay
 from analyzers.finding import Finding
 from analyzers.frames import Frames
@@ -55,10 +54,6 @@ def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: 
     name = REMEDY_FOR.get(finding.code)
     if name is None:
         return None
-    if finding.code == "BANDWIDTH_CONTENTION" and (
-            finding.metric != "achieved_over_alone"
-            or (frames is not None and _collectives_share_copy_links(frames))):
-        return None  # collectives on the copies' links: the replay's links carry copies only
     if name == "straggler":
         return Remedy(name, None, (int(finding.rank),)) if finding.rank is not None else Remedy(name)
     if name == "link":

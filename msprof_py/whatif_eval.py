@@ -108,6 +108,12 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
                             _scenario(name, ("slow-link",), seed), _scenario(name, (), seed)))
             out.append(Pair(f"{name} no-overlap seed {seed}", "switch off (buckets reduced under the backward)",
                             ("LOW_OVERLAP",), _scenario(name, ("no-overlap",), seed), _scenario(name, (), seed)))
+            # The switch puts the collectives on PCIe; its healthy twin keeps them there.
+            twin = {"intra": "pcie"} if name == "bert-train-dp" else {"roce_over_pcie": True}
+            out.append(Pair(f"{name} bandwidth-contention seed {seed}",
+                            f"switch off ({', '.join(f'{k}={v}' for k, v in twin.items())}: no prefetch on PCIe)",
+                            ("BANDWIDTH_CONTENTION",), _scenario(name, ("bandwidth-contention",), seed),
+                            _scenario(name, (), seed, twin)))
         for name in single:
             out.append(Pair(f"{name} serial-copies seed {seed}", "switch off (double-buffered)", ("BUBBLE_COPY",),
                             _scenario(name, ("serial-copies",), seed), _scenario(name, (), seed)))

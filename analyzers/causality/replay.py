@@ -115,14 +115,18 @@ REMEDY_DOCS = {
                 "kernel's last block; the cores' model times everything else",
     "stagger": "stagger transfers: a copy nothing waited for (no kernel or host call that followed it started "
                "within 5 us of its end, e.g. a prefetch) that shared its link with a copy something did wait for "
-               "starts after that copy ended, which then has the link to itself (the links' sharing times both)",
+               "starts after that copy ended, which then has the link to itself (the links' sharing times both); "
+               "where the topology routes collectives over PCIe, such a copy yields the link to them: the time it "
+               "ran past its time alone (its bytes at the preset's rate) goes back to the collectives it "
+               "overlapped, as much as it took from them (max-min), on every rank of each",
     "overlap": "overlap gradient reduction with the backward (buckets on a communication stream): collectives "
                "that all waited for one kernel and ran back to back while that kernel's stream ran nothing (every "
-               "bucket held until the backward ended) start as their gradients are ready instead: of n such, the "
-               "i-th (in issue order) waits for the kernel ending i/(n-1) of the backward, the last two (the first "
-               "layers' and the embeddings', whose backward is the last and cheapest) for that kernel; "
-               "the backward is the last 2/3 of the stream's kernel time in the step up to that kernel (backward "
-               "costs twice the forward); each still runs after the one before it on its stream",
+               "bucket held until the backward ended) start as their gradients are ready instead, in issue order "
+               "after the one before on their stream: each at the end of its layer's backward (layers read from "
+               "the backward's repeated op-type sequence, buckets from the collectives' sizes), the last at that "
+               "kernel; without a repeated sequence, the i-th of n at i/(n-1) of the backward (the last 2/3 of "
+               "the stream's kernel time in the step: backward costs twice the forward), the last two at that "
+               "kernel",
 }
 #: Remedies that take an argument (ns; `priority`: a stream id).
 TAKES_ARG = ("launch", "compile", "priority")
@@ -222,7 +226,7 @@ class Remedy:
         elif self.name == "spread":
             _spread(frames, jg, w, mine)
         elif self.name == "stagger":
-            _stagger(jg, e, self.ranks)
+            _stagger(frames, jg, e, self.ranks)
         elif self.name == "priority":
             _raise_priority(frames, jg, e, self.arg, self.ranks)
         elif self.name == "overlap":
@@ -290,6 +294,7 @@ def _task_frame(jg: JobGraph, ranks) -> pd.DataFrame:
                                    "ts": t["ts"].to_numpy(np.int64), "dur": (t["end"] - t["ts"]).to_numpy(np.int64),
                                    "start_node": base + j, "end_node": base + g.D + j,
                                    "label": jg.label_offsets[r] + g.H + j,
+                                   "row": t["table_row"].to_numpy(np.int64),
                                    "blocks": t["value"].to_numpy(np.float64, na_value=np.nan),
                                    "cores": t["addr"].to_numpy(np.float64, na_value=np.nan)}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -537,6 +542,14 @@ def _nominal_links(frames: Frames, jg: JobGraph, w: np.ndarray, ranks) -> None:
             inside = cum[j] - cum[i] - max(0, a_ - lo[i]) - max(0, hi[j - 1] - b_)
             gain = max(inside, 0) * (1 - link["best"] / link["nominal"])
             shrink[k] = max(shrink.get(k, 0.0), gain)
+    _shrink_collectives(jg, w, p, t, shrink)
+
+
+def _shrink_collectives(jg: JobGraph, w: np.ndarray, p: pd.DataFrame, t: pd.DataFrame,
+                        shrink: dict[str, float]) -> None:
+    """Every rank's part of each collective `shrink` names (by its "group/seq" key in `p`, the
+    collective parts with a `key` column) does its work after the release that much faster (they
+    move in step); `t` is the graph's task frame."""
     if not shrink:
         return
     hit = p[p["key"].isin(list(shrink))]
@@ -597,25 +610,12 @@ def _raise_priority(frames: Frames, jg: JobGraph, e: Edit, stream: int | None, r
 AWAITED_NS = 5_000
 
 
-def _stagger(jg: JobGraph, e: Edit, ranks) -> None:
-    """Background copies yield their link to awaited ones (REMEDY_DOCS["stagger"])."""
-    t = _task_frame(jg, ranks)
-    if t.empty:
+def _stagger(frames: Frames, jg: JobGraph, e: Edit, ranks) -> None:
+    """Background copies yield their link to awaited ones and to the collectives crossing it
+    (REMEDY_DOCS["stagger"])."""
+    copies = _copies_awaited(jg, e, ranks)
+    if copies is None:
         return
-    t = t.assign(link=copy_kind(t).map(LINK_OF_KIND))
-    copies = t[t["kind"].isin(["memcpy", "memset"]).to_numpy() & t["link"].notna().to_numpy()]
-    if copies.empty:
-        return
-    # Awaited: an edge (stream order, an event, a synchronize, the graph's own) leads from its end
-    # to something other than a copy (a kernel, the host) that came within AWAITED_NS.
-    copy_start = np.zeros(len(jg.node_ts), dtype=bool)
-    copy_start[copies["start_node"].to_numpy(np.int64)] = True
-    src, dst = e.all_src, e.all_dst
-    ok = (dst < len(jg.node_ts)) & (src < len(jg.node_ts))
-    src, dst = src[ok], dst[ok]
-    tight = ~copy_start[dst] & (jg.node_ts[dst] - jg.node_ts[src] <= AWAITED_NS)
-    awaited = np.isin(copies["end_node"].to_numpy(np.int64), src[tight])
-    copies = copies.assign(awaited=awaited, end=copies["ts"] + copies["dur"])
     froms, tos = [], []
     for _, g in copies.groupby(["rank", "device", "link"], sort=False):
         a, b = g[g["awaited"]].sort_values("ts"), g[~g["awaited"]]
@@ -633,6 +633,108 @@ def _stagger(jg: JobGraph, e: Edit, ranks) -> None:
         tos.append(b["start_node"].to_numpy(np.int64)[hit])
     if froms:
         _add(e, np.concatenate(froms), np.concatenate(tos))
+    from analyzers.bandwidth import collectives_share_copy_links
+
+    if collectives_share_copy_links(frames):
+        _collectives_first(frames, jg, e, copies)
+
+
+def _copies_awaited(jg: JobGraph, e: Edit, ranks) -> pd.DataFrame | None:
+    """The copies on a link the model knows (the task frame with `link`, `end` and `awaited`:
+    an edge (stream order, an event, a synchronize, the graph's own) leads from its end to
+    something other than a copy (a kernel, the host) that came within AWAITED_NS); None: none."""
+    t = _task_frame(jg, ranks)
+    if t.empty:
+        return None
+    t = t.assign(link=copy_kind(t).map(LINK_OF_KIND))
+    copies = t[t["kind"].isin(["memcpy", "memset"]).to_numpy() & t["link"].notna().to_numpy()]
+    if copies.empty:
+        return None
+    copy_start = np.zeros(len(jg.node_ts), dtype=bool)
+    copy_start[copies["start_node"].to_numpy(np.int64)] = True
+    src, dst = e.all_src, e.all_dst
+    ok = (dst < len(jg.node_ts)) & (src < len(jg.node_ts))
+    src, dst = src[ok], dst[ok]
+    tight = ~copy_start[dst] & (jg.node_ts[dst] - jg.node_ts[src] <= AWAITED_NS)
+    awaited = np.isin(copies["end_node"].to_numpy(np.int64), src[tight])
+    return copies.assign(awaited=awaited, end=copies["ts"] + copies["dur"])
+
+
+def _collectives_first(frames: Frames, jg: JobGraph, e: Edit, copies: pd.DataFrame) -> None:
+    """Where the topology routes collectives over their device's PCIe links, the background copies
+    there yield to them. Two flows on a link share it evenly (max-min), so while a copy and a
+    collective shared one the copy lost as much time as it took from the collective: each
+    background copy's time past its time alone (its bytes at the preset's nominal rate, plus the
+    copy latency) goes back to the collectives of its rank it overlapped (after their release),
+    shared by overlap, the part of it spent beside other copies left out; no more than the time
+    each overlapped. Every rank's part of a collective moves in step (its largest saving counts).
+    The copies keep their times. Without the preset's rates nothing is given back."""
+    from analyzers.bandwidth import nominal_gbps
+
+    preset = frames.trace.meta.extra.get("preset") or {}
+    p = collective_parts(frames)
+    bg = copies[copies["link"].astype(str).str.startswith("pcie").to_numpy() & ~copies["awaited"].to_numpy()]
+    if not preset or p.empty or bg.empty:
+        return
+    rate = copy_kind(bg).map(nominal_gbps(preset)).to_numpy(np.float64)
+    nbytes = frames.table.column("bytes").to_numpy(zero_copy_only=False)[bg["row"].to_numpy(np.int64)]
+    alone = float(preset.get("copy_latency_ns", 0) or 0) + np.asarray(nbytes, dtype=np.float64) / rate
+    extra = np.nan_to_num(np.clip(bg["dur"].to_numpy(np.float64) - alone, 0, None))
+    p = p.assign(key=p["group"].astype(str) + "/" + p["seq"].astype(str))
+    shrink: dict[str, float] = {}
+    for rank, mine in bg.assign(extra=extra).groupby("rank", sort=False):
+        own = p[p["rank"] == rank]
+        if own.empty:
+            continue
+        lo = np.maximum(own["ts"].to_numpy(np.int64), own["release"].to_numpy(np.int64))
+        hi = own["end"].to_numpy(np.int64)
+        by_lo = np.argsort(lo, kind="stable")
+        lo_s, longest = lo[by_lo], int((hi - lo).max())
+        gain = np.zeros(len(own))
+        cap = np.zeros(len(own))
+        # Time each background copy spent beside other copies on its link (they took their share
+        # of its extra time too): the integral of the link's other open copies over its life.
+        beside = np.zeros(len(mine))
+        others = copies[(copies["rank"] == rank).to_numpy()]
+        for (dev, link), g in others.groupby(["device", "link"], sort=False):
+            m = ((mine["device"] == dev) & (mine["link"] == link)).to_numpy()
+            if m.any() and len(g) > 1:
+                beside[m] = _open_time(g["ts"].to_numpy(np.int64), g["end"].to_numpy(np.int64),
+                                       mine["ts"].to_numpy(np.int64)[m], mine["end"].to_numpy(np.int64)[m])
+        for i, c in enumerate(mine.itertuples(index=False)):
+            # The collectives that overlap the copy: those released before it ended, at most the
+            # longest collective's length before it started.
+            cand = by_lo[np.searchsorted(lo_s, c.ts - longest, "left"):np.searchsorted(lo_s, c.end, "left")]
+            ov = np.clip(np.minimum(hi[cand], c.end) - np.maximum(lo[cand], c.ts), 0, None).astype(np.float64)
+            total = ov.sum()
+            if not total or not c.extra:
+                continue
+            share = total / (total + max(beside[i] - c.dur, 0.0))
+            gain[cand] += c.extra * share * ov / total
+            cap[cand] += ov
+        gain = np.minimum(gain, cap)
+        for k, v in zip(own["key"].tolist(), gain.tolist()):
+            if v > 0:
+                shrink[k] = max(shrink.get(k, 0.0), v)
+    _shrink_collectives(jg, e.w[:len(jg.arrays["etype"])], p, _task_frame(jg, None), shrink)
+
+
+def _open_time(ts: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each window [lo, hi): the integral over it of how many of the intervals (ts, end) are
+    open (an interval inside its own window counts its own length)."""
+    b = np.unique(np.concatenate([ts, end]))
+    if len(b) < 2:
+        return np.zeros(len(lo))
+    mid = (b[:-1] + b[1:]) / 2
+    n_open = (np.searchsorted(np.sort(ts), mid, "right") - np.searchsorted(np.sort(end), mid, "right")).astype(np.float64)
+    cum = np.concatenate([[0.0], np.cumsum(n_open * np.diff(b))])
+
+    def at(x: np.ndarray) -> np.ndarray:
+        x = np.clip(x, b[0], b[-1])
+        i = np.minimum(np.searchsorted(b, x, "right") - 1, len(n_open) - 1)
+        return cum[i] + n_open[i] * (x - b[i])
+
+    return at(hi) - at(lo)
 
 
 #: The backward's share of a training step's compute (backward costs twice the forward: 4N of the
