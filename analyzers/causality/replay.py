@@ -674,7 +674,7 @@ def _collectives_first(frames: Frames, jg: JobGraph, e: Edit, copies: pd.DataFra
     preset = frames.trace.meta.extra.get("preset") or {}
     p = collective_parts(frames)
     bg = copies[copies["link"].astype(str).str.startswith("pcie").to_numpy() & ~copies["awaited"].to_numpy()]
-    if not preset or p.empty or bg.empty:
+    if not preset or p.empty or bg.empty or "bytes" not in frames.table.column_names:
         return
     rate = copy_kind(bg).map(nominal_gbps(preset)).to_numpy(np.float64)
     nbytes = frames.table.column("bytes").to_numpy(zero_copy_only=False)[bg["row"].to_numpy(np.int64)]
