@@ -128,7 +128,7 @@ def _minus(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -
 
 
 def time_split(wait_before_ns: int, start: int, end: int, inner_waits: tuple[np.ndarray, np.ndarray],
-               busy: tuple[np.ndarray, np.ndarray] | None) -> dict[str, int]:
+               busy: tuple[np.ndarray, np.ndarray] | None, opening_ns: int = 0) -> dict[str, int]:
     """msprof-analyze's split of one op's time on one rank (CommAnalyzerTime), in ns.
 
     elapse = the wait before the op + the op; wait = the Notify_Wait time, before the op and inside
@@ -136,7 +136,9 @@ def time_split(wait_before_ns: int, start: int, end: int, inner_waits: tuple[np.
     transit = the time inside the op, outside its waits, when at least one link or port the op sent
     on was busy (`busy`: the union of their busy intervals, merged), or all of the op outside its
     waits when there are no link counters (`busy` None); idle = elapse - transit - wait (>= 0 by
-    construction, since transit and the inner waits are disjoint parts of the op)."""
+    construction, since transit and the inner waits are disjoint parts of the op). `opening_ns`: a
+    wait at the op's start inside it (already among `inner_waits`), before its first transfer, which
+    counts as synchronization too (a kernel that spins until its last peer arrives, as NCCL's)."""
     inner = (np.clip(inner_waits[0], start, end), np.clip(inner_waits[1], start, end))
     inner_ns = _length(inner)
     dur = end - start
@@ -147,8 +149,47 @@ def time_split(wait_before_ns: int, start: int, end: int, inner_waits: tuple[np.
         transit = _minus(clipped, inner)
     wait = wait_before_ns + inner_ns
     elapse = wait_before_ns + dur
-    return {"elapse": elapse, "transit": transit, "wait": wait, "synchronization": wait_before_ns,
+    return {"elapse": elapse, "transit": transit, "wait": wait, "synchronization": wait_before_ns + opening_ns,
             "idle": elapse - transit - wait}
+
+
+def _opening_waits(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective of `coll` (`group` set): the wait at its start for its last member, where the
+    trace records no wait of its own (no Notify_Wait before or inside it: each rank's kernel spins
+    until its peers come, as NCCL's; an emulated op without waits has one start on every member,
+    so it gets 0). Such ops are matched across ranks as the slow-rank analysis matches them
+    (analyzers.ranks.match_collectives: same stream, name and bytes, the n-th such on the rank),
+    so both read one arrival table; the op
+    could move data only once its last member had started, so each member's kernel waited from its
+    own start to that (at most its length). The matched members become the op's group. 0 elsewhere."""
+    from analyzers.ranks import match_collectives
+
+    out = np.zeros(len(coll), dtype=np.int64)
+    if coll["rank"].nunique() < 2:
+        return out
+    alone = np.array([w == 0 and not len(inner[0]) for w, inner in zip(coll["wait"], coll["inner_waits"])])
+    if not alone.any():
+        return out
+    c = coll[alone]
+    parts = pd.DataFrame({"rank": c["rank"].to_numpy(), "stream": c["stream"].to_numpy(),
+                          "name": c["name"].astype(str).to_numpy(),
+                          "bytes": c["bytes"].fillna(-1).to_numpy().astype(np.int64),  # as collective_parts
+                          "arrival_ns": c["ts"].to_numpy(np.int64), "ts": c["ts"].to_numpy(np.int64),
+                          "end": c["end"].to_numpy(np.int64), "row": np.flatnonzero(alone)})
+    inst = match_collectives(parts)
+    if inst.empty:
+        return out
+    g = inst.groupby("instance", sort=False)
+    release = g["arrival_ns"].transform("max").to_numpy(np.int64)
+    ts, end, row = inst["ts"].to_numpy(np.int64), inst["end"].to_numpy(np.int64), inst["row"].to_numpy(np.int64)
+    out[row] = np.clip(release - ts, 0, end - ts)
+    # Members sharing an op's times grouped it already (emulated ops); a real trace's ranks may
+    # share a start and end by chance (microsecond clocks), so the match's members win when more.
+    members = g["rank"].transform(lambda r: "-".join(map(str, sorted(r)))).to_numpy()
+    more = np.array([m.count("-") > grp.count("-") for m, grp in zip(members, coll["group"].to_numpy()[row])],
+                    dtype=bool)
+    coll.iloc[row[more], coll.columns.get_loc("group")] = members[more]
+    return out
 
 
 def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple[dict, dict]:
@@ -161,6 +202,7 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
     members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
     coll["group"] = members
     coll = coll.sort_values(["rank", "ts"], kind="stable")
+    coll["opening"] = _opening_waits(coll)
     coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
     coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
     links: dict[tuple, Any] = {k: v for p in parts for k, v in p["links"].items()}
@@ -173,8 +215,12 @@ def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple
         kind = "p2p" if str(r.name).startswith(("hcom_send", "hcom_receive")) else "collective"
         group = [int(x) for x in r.group.split("-")]
         sent = _op_links(links, topology, int(r.rank), group, int(r.ts), int(r.end))
-        split = time_split(int(r.wait), int(r.ts), int(r.end), r.inner_waits,
-                           _busy(links, int(r.rank), sent, int(r.ts), int(r.end)) if sent else None)
+        inner = r.inner_waits
+        if r.opening > 0:  # the kernel spun until the last member came: an opening wait inside it
+            inner = _merge(np.append(inner[0], int(r.ts)), np.append(inner[1], int(r.ts) + int(r.opening)))
+        split = time_split(int(r.wait), int(r.ts), int(r.end), inner,
+                           _busy(links, int(r.rank), sent, int(r.ts), int(r.end)) if sent else None,
+                           opening_ns=int(r.opening))
         wait_ms, transit_ms, sync_ms = split["wait"] / 1e6, split["transit"] / 1e6, split["synchronization"] / 1e6
         time_info = {
             "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,

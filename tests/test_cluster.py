@@ -20,6 +20,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "emulated"
 runner = CliRunner()
 
 SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+ALLREDUCE = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 
 
 def sample(name: str):
@@ -120,6 +121,32 @@ def test_dlrm_8rank(dlrm) -> None:
     assert len(links) == 64 and set(links["transport"]) == {"NCCL"} and (links["dst"] == -1).all()
     assert links["judged"].all() and not links["slow"].any()
     assert links["z"].max() == pytest.approx(2.0906, abs=1e-4)
+
+
+def test_dlrm_8rank_communication_time_splits_each_kernel_into_its_wait_for_the_last_rank_and_transit(dlrm) -> None:
+    # NCCL records no wait of its own: a kernel spins from its start until its last peer arrives.
+    # communication.json's synchronization (= wait) per op is that, over the instances the slow-rank
+    # analysis matches, so the two agree to the nanosecond; elapse = transit + wait + idle.
+    from analyzers.cluster import instances
+
+    comm, _ = communication.summaries(Rows(dlrm))
+    inst = instances(Frames(dlrm))
+    last = inst.groupby("instance")["arrival_ns"].transform("max")
+    waited = (last - inst["arrival_ns"]).clip(upper=inst["end"] - inst["ts"])
+    by_op = waited.groupby(inst["name"].str.split("(").str[0]).sum()
+    split = {r["op"].split("(")[0]: r for r in communication.op_time_split(comm)}
+    assert sorted(split) == sorted(by_op.index) == [ALLREDUCE.split("(")[0], SENDRECV.split("(")[0]]
+    for op, ns in by_op.items():
+        row = split[op]
+        assert row["Wait Time(ms)"] == pytest.approx(ns / 1e6, abs=1e-9)
+        assert row["Synchronization Time(ms)"] == row["Wait Time(ms)"] > 0
+        assert row["Elapse Time(ms)"] == pytest.approx(row["Transit Time(ms)"] + row["Wait Time(ms)"]
+                                                       + row["Idle Time(ms)"], abs=1e-9)
+    assert (round(split[SENDRECV.split("(")[0]]["Wait Time(ms)"], 3), round(split[ALLREDUCE.split("(")[0]]
+            ["Wait Time(ms)"], 3)) == (37.601, 9.242)
+    # Every op is one op of the 8 ranks: its members are the group in its name.
+    names = {op for steps in comm.values() for kinds in steps.values() for ops in kinds.values() for op in ops}
+    assert {n.split("@")[1] for n in names} == {"0-1-2-3-4-5-6-7"}
 
 
 # (d) the command line ---------------------------------------------------------------------------
