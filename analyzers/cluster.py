@@ -11,6 +11,7 @@ outlier among the links of its transport?
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -47,7 +48,13 @@ DIXON_Q95.update(zip(range(31, 101), (
 DIXON_MAX_N = 100
 SIGMAS = 3.0
 
-SLOW_RANK_COLUMNS = ["rank", "collectives", "outlier_count", "lateness_ns", "ops"]
+SLOW_RANK_COLUMNS = ["rank", "collectives", "outlier_count", "lateness_ns", "ops", "chance"]
+#: The significance at which a rank's outlier count says it is slow (`slow_ranks`).
+SLOW_RANK_P = 0.01
+#: The chance a member is flagged by the 95% tests (Dixon's Q, and the pair's gap) when no member
+#: is late, spread over the members; beyond 100 members, 3 sigma's one-sided tail.
+TEST_ALPHA = 0.05
+SIGMA_TAIL = 0.00135
 OUTLIER_COLUMNS = ["instance", "name", "members", "late_rank", "test", "statistic", "critical", "outlier",
                    "lateness_ns", "first_arrival_ns", "last_arrival_ns"]
 SLOW_LINK_COLUMNS = ["op", "name", "src", "dst", "transport", "size_mb", "transit_ms", "bandwidth_gbps",
@@ -137,8 +144,10 @@ def slow_rank_stats(src: Source, cfg: RankConfig | None = None) -> pd.DataFrame:
     arrivals (`collective_outliers`: Dixon's Q test at 95% for 3..100 members, 3 sigma above the
     mean beyond 100, a gap of at least `RankConfig.min_late_ns` for a pair), the lateness it
     caused (sum over those collectives of its arrival - the median arrival of the other
-    members: how late the typical member was kept), and the names of those collectives, most
-    frequent first (a tie in order of first occurrence).
+    members: how late the typical member was kept), the names of those collectives, most
+    frequent first (a tie in order of first occurrence), and `chance`: how likely a rank no later
+    than the others would be an outlier that often (the tests' false-alarm rate, TEST_ALPHA over
+    the members or 3 sigma's tail, summed over its collectives: Poisson's tail).
 
     A rank's arrival at a collective is the start of its part (analyzers.ranks.collective_parts:
     the wait tasks opening the op on Ascend, the kernel's start on NCCL, which spins until its
@@ -150,21 +159,44 @@ def slow_rank_stats(src: Source, cfg: RankConfig | None = None) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SLOW_RANK_COLUMNS})
     taken = inst.groupby("rank")["instance"].nunique()
     flagged = out[out["outlier"]]
+    # Under no delay a test flags some member of a collective of n by chance (TEST_ALPHA; 3 sigma's
+    # tail beyond 100 members), each member alike: a rank expects the sum over its collectives.
+    rate = np.where(out["members"].to_numpy(np.int64) > DIXON_MAX_N, SIGMA_TAIL,
+                    TEST_ALPHA / out["members"].to_numpy(np.float64))
+    expected = pd.Series(rate, index=out["instance"].to_numpy()).reindex(inst["instance"].to_numpy()).fillna(0.0)
+    expected = expected.groupby(inst["rank"].to_numpy()).sum()
     rows = []
     for r, n in taken.items():
         mine = flagged[flagged["late_rank"] == int(r)]
         names = [name for name, _ in Counter(mine["name"]).most_common()]
         rows.append({"rank": int(r), "collectives": int(n), "outlier_count": int(len(mine)),
-                     "lateness_ns": int(mine["lateness_ns"].sum()), "ops": names})
+                     "lateness_ns": int(mine["lateness_ns"].sum()), "ops": names,
+                     "chance": _poisson_tail(float(expected.get(r, 0.0)), int(len(mine)))})
     return pd.DataFrame(rows, columns=SLOW_RANK_COLUMNS).sort_values("rank", kind="stable").reset_index(drop=True)
 
 
+def _poisson_tail(expected: float, k: int) -> float:
+    """P(X >= k) for X ~ Poisson(`expected`): the chance a rank no slower than the others is an
+    outlier `k` times or more (the sum of its collectives' small chances, Poisson's limit)."""
+    if k <= 0:
+        return 1.0
+    if expected <= 0:
+        return 0.0
+    term = total = math.exp(-expected)
+    for i in range(1, k):
+        term *= expected / i
+        total += term
+    return max(0.0, 1.0 - total)
+
+
 def slow_ranks(src: Source, cfg: RankConfig | None = None, stats: pd.DataFrame | None = None) -> list[dict[str, Any]]:
-    """The ranks an outlier at least once (`slow_rank_stats`, or the `stats` given), by the lateness
-    they caused (most first, then by rank): rank, outlier_count, lateness_ns and top_op (its most
-    frequent late op)."""
+    """The ranks an outlier more often than chance explains (`slow_rank_stats`, or the `stats`
+    given: `chance` under SLOW_RANK_P; the tests flag some member now and then with no one late,
+    so a rank of a long job is an outlier once or twice by chance), by the lateness they caused
+    (most first, then by rank): rank, outlier_count, lateness_ns and top_op (its most frequent
+    late op)."""
     stats = slow_rank_stats(src, cfg) if stats is None else stats
-    hit = stats[stats["outlier_count"] > 0].sort_values(["lateness_ns", "rank"], ascending=[False, True],
+    hit = stats[(stats["outlier_count"] > 0) & (stats["chance"] < SLOW_RANK_P)].sort_values(["lateness_ns", "rank"], ascending=[False, True],
                                                        kind="stable")
     return [{"rank": int(r.rank), "outlier_count": int(r.outlier_count), "lateness_ns": int(r.lateness_ns),
              "top_op": r.ops[0] if r.ops else None} for r in hit.itertuples()]
@@ -250,7 +282,8 @@ def report(src: Source, matrix: dict | None = None, cfg: RankConfig | None = Non
     return {
         "slow_ranks": slow_ranks(inst, cfg, stats),
         "rank_stats": [{"rank": int(r.rank), "collectives": int(r.collectives), "outlier_count": int(r.outlier_count),
-                        "lateness_ns": int(r.lateness_ns), "ops": list(r.ops)} for r in stats.itertuples()],
+                        "lateness_ns": int(r.lateness_ns), "ops": list(r.ops), "chance": float(r.chance)}
+                       for r in stats.itertuples()],
         "transports": transports,
         "slow_links": [{"op": str(r.op), "src": int(r.src), "dst": int(r.dst), "transport": str(r.transport),
                         "size_mb": float(r.size_mb), "transit_ms": float(r.transit_ms),

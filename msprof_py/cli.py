@@ -584,16 +584,19 @@ def _render_cluster(result: dict[str, Any], title: str) -> Any:
         for row in result["steps"]:
             t.add_row(*(Text(str(row[c]) if c in ("Step", "Index") else sig(float(row[c]))) for c in cols))
         parts.append(t)
+    from analyzers.cluster import SLOW_RANK_P
+
     t = Table(title="slow ranks (last to arrive, an outlier among the members' arrivals)", title_justify="left")
-    for c, just in (("rank", "right"), ("outlier", "right"), ("of collectives", "right"), ("lateness ms", "right"),
-                    ("ops", "left")):
+    for c, just in (("rank", "right"), ("outlier", "right"), ("of collectives", "right"), ("by chance", "right"),
+                    ("lateness ms", "right"), ("ops", "left")):
         t.add_column(c, justify=just)  # type: ignore[arg-type]
     for r in sorted(result["rank_stats"], key=lambda r: (-r["lateness_ns"], r["rank"])):
         t.add_row(Text(str(r["rank"])), Text(str(r["outlier_count"])), Text(str(r["collectives"])),
-                  Text(sig(r["lateness_ns"] / 1e6)), Text(", ".join(o[:60] for o in r["ops"][:3]) or "-"))
+                  Text(f"{r['chance']:.2g}"), Text(sig(r["lateness_ns"] / 1e6)),
+                  Text(", ".join(o[:60] for o in r["ops"][:3]) or "-"))
     parts.append(t)
     slow = result["slow_ranks"]
-    parts.append(Text("slow ranks: " + (", ".join(f"{r['rank']} ({r['outlier_count']}x, {sig(r['lateness_ns'] / 1e6)} ms, "
+    parts.append(Text(f"slow ranks (an outlier more often than chance, p < {SLOW_RANK_P:g}): " + (", ".join(f"{r['rank']} ({r['outlier_count']}x, {sig(r['lateness_ns'] / 1e6)} ms, "
                                                   f"{(r['top_op'] or '-')[:60]})" for r in slow) or "none")))
     t = Table(title="links per transport (transit time)", title_justify="left")
     for c in ("transport", "links", "mean ms", "std ms", "judged", "slow", "from"):
