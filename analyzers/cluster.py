@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, TypeAlias, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -74,7 +74,7 @@ def dixon_q(values) -> tuple[float, float]:
     return q, DIXON_Q95[n]
 
 
-Source = Frames | pd.DataFrame
+Source: TypeAlias = Frames | pd.DataFrame
 
 
 def instances(src: Source) -> pd.DataFrame:
@@ -134,7 +134,7 @@ def collective_outliers(src: Source, cfg: RankConfig | None = None) -> pd.DataFr
     return pd.DataFrame(rows, columns=OUTLIER_COLUMNS)
 
 
-def _matched(src: Source) -> bool:
+def _matched(src: Source) -> TypeGuard[pd.DataFrame]:
     return isinstance(src, pd.DataFrame) and "instance" in src.columns
 
 
