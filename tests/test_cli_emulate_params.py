@@ -175,7 +175,7 @@ def test_scenario_help_shows_its_parameters_and_switches():
     assert "    triple_buffer  bool  default true    three buffer slots" in out
     assert "  switches (--switch NAME, repeatable):" in out and "    missing-sync          the cross-stream" in out
     generic = runner.invoke(app, ["emulate", "--help"]).stdout
-    assert "scenarios: bert-train-dp, llm-train-2server, resnet50-infer, yolo-pipeline" in generic
+    assert "scenarios: bert-train-dp, llm-pipeline, llm-train-2server, resnet50-infer, yolo-pipeline" in generic
 
 
 # ---------------------------------------------------------------------- --version, the pure-core warning

@@ -21,7 +21,7 @@ from runtime_emu import scenarios
 from runtime_emu.presets import PRESETS
 from runtime_emu.scenarios import samples
 from runtime_emu.scenarios.cluster_problems import (
-    MULTI_RANK_SWITCHES,
+    DATA_PARALLEL_SWITCHES,
     SLOW_LINK_FRACTION,
     SLOW_RANK_FACTOR,
 )
@@ -67,11 +67,13 @@ def overlaps(a_start, a_end, b_start, b_end) -> bool:
 # ---------------------------------------------------------------------- registry and every switch
 def test_registry_lists_the_multi_rank_scenarios_with_their_paragraph_and_switches():
     multi = {s.name: s for s in scenarios.list_scenarios() if s.multi_rank}
-    assert sorted(multi) == sorted(NAMES)
-    assert (multi["bert-train-dp"].ranks, multi["llm-train-2server"].ranks) == (8, 16)
+    assert sorted(multi) == sorted([*NAMES, "llm-pipeline"])
+    assert (multi["bert-train-dp"].ranks, multi["llm-train-2server"].ranks, multi["llm-pipeline"].ranks) == (8, 16, 4)
     for s in multi.values():
         assert s.description.strip() and "\n\n" not in s.description.strip(), s.name
-        assert s.switches == frozenset(MULTI_RANK_SWITCHES) and s.default_steps >= 2
+        assert s.default_steps >= 2
+        assert s.switches == (frozenset({"pipeline-bubble"}) if s.name == "llm-pipeline"
+                              else frozenset(DATA_PARALLEL_SWITCHES)), s.name
 
 
 @pytest.mark.parametrize("call, message", [
@@ -90,7 +92,7 @@ def test_bad_choices_raise_value_errors(call, message):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("switch", [None, *sorted(MULTI_RANK_SWITCHES)])
+@pytest.mark.parametrize("switch", [None, *sorted(DATA_PARALLEL_SWITCHES)])
 def test_every_multi_rank_scenario_runs_healthy_and_with_each_switch(name, switch):
     result = run(name, *([switch] if switch else []))
     df = table(result)
@@ -121,8 +123,8 @@ def test_every_multi_rank_scenario_runs_healthy_and_with_each_switch(name, switc
 
 @pytest.mark.parametrize("name", NAMES)
 def test_all_switches_at_once_each_problem_still_shows(name):
-    found = run(name, *sorted(MULTI_RANK_SWITCHES)).ground_truth["problems"]
-    assert {p["problem"] for p in found} == set(MULTI_RANK_SWITCHES)
+    found = run(name, *sorted(DATA_PARALLEL_SWITCHES)).ground_truth["problems"]
+    assert {p["problem"] for p in found} == set(DATA_PARALLEL_SWITCHES)
     assert all(p["expected"].get("manifested", True) for p in found)
 
 

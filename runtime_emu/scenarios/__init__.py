@@ -19,7 +19,7 @@ from runtime_emu.presets import PRESETS, Preset
 from runtime_emu.presets import preset as get_preset
 from runtime_emu.recorder import Switches
 from runtime_emu.runtime import EmuResult, Runtime
-from runtime_emu.scenarios import bert_train_dp, llm_train_2server, resnet50_infer, yolo_pipeline
+from runtime_emu.scenarios import bert_train_dp, llm_pipeline, llm_train_2server, resnet50_infer, yolo_pipeline
 from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES
 from runtime_emu.scenarios.problems import PRESET_OVERRIDES, SWITCHES
 from runtime_emu.scenarios.scenario import Config, Param, Scenario
@@ -28,7 +28,8 @@ __all__ = ["ALIASES", "MULTI_RANK_SWITCHES", "SCENARIOS", "SWITCHES", "Config", 
            "list_scenarios", "parse_params", "run", "run_configured"]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (resnet50_infer.SCENARIO, yolo_pipeline.SCENARIO,
-                                                       bert_train_dp.SCENARIO, llm_train_2server.SCENARIO)}
+                                                       bert_train_dp.SCENARIO, llm_train_2server.SCENARIO,
+                                                       llm_pipeline.SCENARIO)}
 
 #: Switch pairs no program can honour together (one stream has no cross-stream dependency to miss).
 CONFLICTS = (frozenset({"serial-copies", "missing-sync"}),)

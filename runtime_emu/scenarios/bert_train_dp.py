@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from runtime_emu import hccl, topology
 from runtime_emu.presets import MiB
 from runtime_emu.scenarios import training
-from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES, degrade
+from runtime_emu.scenarios.cluster_problems import DATA_PARALLEL_SWITCHES, degrade
 from runtime_emu.scenarios.scenario import Config, Param, Scenario
 from runtime_emu.scenarios.training import Model, run_job
 
@@ -103,7 +103,7 @@ def check(cfg: Config) -> None:
 
 
 SCENARIO = Scenario(
-    name="bert-train-dp", description=__doc__, program=program, switches=frozenset(MULTI_RANK_SWITCHES),
+    name="bert-train-dp", description=__doc__, program=program, switches=frozenset(DATA_PARALLEL_SWITCHES),
     default_steps=3, ranks=8, multi_rank=True, check=check, runtime_options=runtime_options,
     size=lambda cfg: cfg.ranks * cfg.steps * (300 + 340 * cfg["layers"]),  # trace events per rank-step, measured
     params={

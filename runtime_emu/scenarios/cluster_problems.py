@@ -23,7 +23,8 @@ from runtime_emu.topology import Topology
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
 
-MULTI_RANK_SWITCHES: dict[str, str] = {
+#: The problems the data-parallel training scenarios inject.
+DATA_PARALLEL_SWITCHES: dict[str, str] = {
     "slow-rank": "one rank's kernels run longer (a throttled or lower-clocked NPU): the other ranks wait for it "
                  "in every collective (Notify_Wait)",
     "slow-link": "one link at a quarter of its bandwidth (an HCCS link, a PCIe link trained down, a RoCE NIC): "
@@ -33,6 +34,12 @@ MULTI_RANK_SWITCHES: dict[str, str] = {
     "no-overlap": "gradients reduced only after the whole backward (no bucketing under compute): every "
                   "bucket's collective waits for the last backward kernel and the device idles through them",
     "leak": SWITCHES["leak"] + " (on one rank)",
+}
+#: Every multi-rank problem: the data-parallel ones and the pipeline's.
+MULTI_RANK_SWITCHES: dict[str, str] = {
+    **DATA_PARALLEL_SWITCHES,
+    "pipeline-bubble": "the batch in as many micro-batches as the pipeline has stages: each stage idles "
+                       "(P - 1) / (2 P - 1) of the step while the pipeline fills and drains",
 }
 
 SLOW_RANK_FACTOR = 1.4  # DEFAULT: a throttled NPU (thermal / power capping), kernels 40% longer

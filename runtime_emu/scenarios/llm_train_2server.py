@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from runtime_emu import hccl, topology
 from runtime_emu.presets import MiB
 from runtime_emu.scenarios import training
-from runtime_emu.scenarios.cluster_problems import MULTI_RANK_SWITCHES, degrade
+from runtime_emu.scenarios.cluster_problems import DATA_PARALLEL_SWITCHES, degrade
 from runtime_emu.scenarios.scenario import Config, Param, Scenario
 from runtime_emu.scenarios.training import Model, run_job
 
@@ -101,7 +101,7 @@ def check(cfg: Config) -> None:
 
 
 SCENARIO = Scenario(
-    name="llm-train-2server", description=__doc__, program=program, switches=frozenset(MULTI_RANK_SWITCHES),
+    name="llm-train-2server", description=__doc__, program=program, switches=frozenset(DATA_PARALLEL_SWITCHES),
     default_steps=3, ranks=SERVERS * NPUS_PER_SERVER, ranks_for=lambda values: values["servers"] * NPUS_PER_SERVER,
     multi_rank=True, check=check, runtime_options=runtime_options,
     size=lambda cfg: cfg.ranks * cfg.steps * (300 + 240 * cfg["layers"]),  # trace events per rank-step, measured
