@@ -189,7 +189,7 @@ def attributed(findings: list[Finding], analyzer: str, platform: str) -> list[Fi
 
 def _load_all() -> None:
     # Importing the analyzer modules registers them.
-    from analyzers import bandwidth, bubbles, cores, launch, links, memory, queue, ranks, sync  # noqa: F401
+    from analyzers import bandwidth, bubbles, cores, launch, links, memory, pipeline, queue, ranks, sync  # noqa: F401
 
 
 PLATFORMS = ("ascend", "cuda", "rocm", "unknown")

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers.causality import idle_by_rank
+from analyzers.causality.pipeline import RECV, SEND
 from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames, union_ns
 from analyzers.severity import WARNING_SHARE, severity
@@ -163,6 +164,11 @@ def collective_parts(frames: Frames) -> pd.DataFrame:
     its wait tasks, else of the op), ts, end, wait_ns (time in its wait tasks)."""
     ops = frames.device_ops
     colls = ops[ops["kind"].astype(str) == "collective"]
+    # A point-to-point transfer (a send or a receive, not both: analyzers.causality.pipeline) is a
+    # hand-off whose wait is its data dependency (a pipeline stage waiting for the one before), not
+    # a straggler's.
+    names = colls["name"].astype(str)
+    colls = colls[~(names.str.contains(SEND) ^ names.str.contains(RECV))]
     cols = ["rank", "device", "stream", "name", "bytes", "corr", "arrival_ns", "ts", "end", "wait_ns"]
     if colls.empty:
         return pd.DataFrame(columns=cols)

@@ -27,7 +27,7 @@ of a run never add up to more than its idle, blocked and busy time:
 | `idle` | BUBBLE_*, LAUNCH_BOUND | a device's kernel-idle time, each nanosecond one cause (analyzers.causality.attribution) |
 | `blocked` | QUEUE_CONGESTION | host time blocked in launches at a full stream queue (the device was busy) |
 | `busy` | CORE_CONTENTION, UNDER_OCCUPANCY | latency while the device computes: tasks waiting for cores, cores a kernel left unused |
-| a cause of `idle` | SLOW_RANK, LOW_OVERLAP, SLOW_LINK (collective), BANDWIDTH_CONTENTION (copy, collective, unexplained, and fill / drain: a slowed copy before the first kernel) | a finer reason for part of that cause's idle: an "of which" of the BUBBLE_ finding of the cause, never added to it |
+| a cause of `idle` | SLOW_RANK, LOW_OVERLAP, SLOW_LINK, PIPELINE_BUBBLE (collective), BANDWIDTH_CONTENTION (copy, collective, unexplained, and fill / drain: a slowed copy before the first kernel) | a finer reason for part of that cause's idle: an "of which" of the BUBBLE_ finding of the cause, never added to it |
 
 SYNC_STALL carries no cost (its device idle is BUBBLE_SYNC's); memory findings cost bytes.
 """
@@ -66,6 +66,7 @@ COST_OF: dict[str, str | tuple[str, ...]] = {
     "SLOW_RANK": ("collective",),
     "LOW_OVERLAP": ("collective",),
     "SLOW_LINK": ("collective",),
+    "PIPELINE_BUBBLE": ("collective",),
     "BANDWIDTH_CONTENTION": ("copy", "collective", "unexplained", "fill", "drain"),
 }
 

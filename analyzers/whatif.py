@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzers.causality import pipeline
 from analyzers.causality.replay import Remedy, ReplayResult, replay
 from analyzers.finding import Finding
 from analyzers.frames import Frames
@@ -44,6 +45,7 @@ REMEDY_FOR: dict[str, str] = {
     "BANDWIDTH_CONTENTION": "stagger",
     "CORE_CONTENTION": "priority",
     "LOW_OVERLAP": "overlap",
+    "PIPELINE_BUBBLE": "microbatches",
 }
 
 
@@ -58,6 +60,9 @@ def remedy_for(finding: Finding, ranks_of_code: dict[str, set[int]], all_ranks: 
         return Remedy(name, None, (int(finding.rank),)) if finding.rank is not None else Remedy(name)
     if name == "link":
         return Remedy(name)
+    if name == "microbatches":  # the pipeline's own target count, so the fix names it
+        pipes = [p for p in pipeline.find(frames) if finding.rank in p.stages] if frames is not None else []
+        return Remedy(name, pipeline.default_micro_batches(pipes[0])) if pipes else None
     if name == "priority":  # the starved stream first on its rank's cores
         if finding.rank is None or finding.stream is None:
             return None
@@ -89,10 +94,10 @@ def predict(frames: Frames, findings: list[Finding]) -> dict[str, dict[str, Any]
             continue
         key = str(rem)
         if key not in done:
-            r = replay(frames, [rem])
-            done[key] = {"remedy": key, "saving_ns": int(max(r.saving_ns, 0)),
-                         "saving_share": round(max(r.saving_ns, 0) / r.span_ns, 6) if r.span_ns else 0.0,
-                         "span_ns": int(r.span_ns), "new_span_ns": int(r.new_span_ns)}
+            res = replay(frames, [rem])
+            done[key] = {"remedy": key, "saving_ns": int(max(res.saving_ns, 0)),
+                         "saving_share": round(max(res.saving_ns, 0) / res.span_ns, 6) if res.span_ns else 0.0,
+                         "span_ns": int(res.span_ns), "new_span_ns": int(res.new_span_ns)}
         f.what_if = dict(done[key])
         f.severity = severity(f.what_if["saving_ns"] / _step_ns(frames, f), f.code)
     return done
@@ -119,7 +124,7 @@ def step_table(before: Frames, result: ReplayResult) -> list[dict[str, Any]]:
     span row only."""
     import pandas as pd
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     b, a = before.steps, Frames(result.trace).steps
     if not b.empty and not a.empty:
         def per_step(s: pd.DataFrame) -> pd.Series:

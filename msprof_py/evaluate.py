@@ -73,6 +73,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "slow-rank": ("SLOW_RANK",),
     "slow-link": ("SLOW_LINK",),
     "no-overlap": ("LOW_OVERLAP",),
+    "pipeline-bubble": ("PIPELINE_BUBBLE",),
 }
 TARGET = 0.95  # precision and recall, every kind
 MIN_INJECTIONS = 20  # per kind, in a full evaluation
@@ -90,6 +91,8 @@ HEALTHY_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     "llm-train-2server": ({"zero": False}, {"roce_over_pcie": True}, {"layers": 2, "batch": 1},
                           # three servers of 8: the inter-server phase over a count that is no power of two
                           {"servers": 3, "layers": 2, "batch": 1}),
+    # More micro-batches than 4 per stage, 11 layers (3 per stage with the head), the 1F1B schedule.
+    "llm-pipeline": ({"micro_batches": 32, "batch": 32}, {"layers": 11}, {"schedule": "1f1b"}),
 }
 #: Non-default parameters left out of the healthy variants, and why.
 NOT_HEALTHY: dict[str, tuple[dict[str, Any], str]] = {
@@ -110,6 +113,7 @@ PROBLEM_VARIANTS: dict[str, tuple[tuple[dict[str, Any], tuple[str, ...]], ...]] 
     "bert-train-dp": (({"intra": "pcie"}, ("leak", "slow-link", "slow-rank")),
                       ({"problem_rank": 6}, ("slow-rank",))),
     "llm-train-2server": (({"zero": False}, ("slow-link",)),),
+    "llm-pipeline": (({"layers": 11}, ("pipeline-bubble",)), ({"schedule": "1f1b"}, ("pipeline-bubble",))),
 }
 #: The CI subset (`--quick`): one seed, the single-rank scenarios with every switch, the
 #: data-parallel one with its cross-rank switches, and two healthy variants.
@@ -124,6 +128,7 @@ QUICK: tuple[tuple[str, tuple[str, ...], dict[str, Any]], ...] = (
     *(("bert-train-dp", sw, {}) for sw in ((), ("bandwidth-contention",), ("no-overlap",), ("slow-link",),
                                           ("slow-rank",))),
     ("bert-train-dp", (), {"intra": "pcie"}),
+    *(("llm-pipeline", sw, {}) for sw in ((), ("pipeline-bubble",))),
 )
 
 

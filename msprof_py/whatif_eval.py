@@ -126,6 +126,9 @@ def pairs(seeds: tuple[int, ...] = SEEDS, quick: bool = False) -> list[Pair]:
             out.append(Pair(f"{name} bandwidth-contention seed {seed}", "switch off (no prefetch on the link)",
                             ("BANDWIDTH_CONTENTION",), _scenario(name, ("bandwidth-contention",), seed),
                             _scenario(name, (), seed)))
+        out.append(Pair(f"llm-pipeline pipeline-bubble seed {seed}", "switch off (16 micro-batches, 4 per stage)",
+                        ("PIPELINE_BUBBLE",), _scenario("llm-pipeline", ("pipeline-bubble",), seed),
+                        _scenario("llm-pipeline", (), seed)))
         out.append(Pair(f"yolo-pipeline triple_buffer=false seed {seed}", "triple_buffer=true",
                         ("BUBBLE_DATA", "BUBBLE_COPY"),
                         _scenario("yolo-pipeline", (), seed, {"triple_buffer": False}),

@@ -253,6 +253,8 @@ def test_cli_replays_writes_the_retimed_trace_and_prints_the_saving(tmp_path):
     ("straggler@x", "remedy 'straggler@x': after @ give ranks as integers, e.g. straggler@3 or straggler@0,2"),
     ("sync=3", "remedy 'sync' takes no argument (got 'sync=3')"),
     ("launch=x", "remedy 'launch=x': the argument must be an integer (ns)"),
+    ("microbatches=many", "remedy 'microbatches=many': the argument must be an integer (a count of micro-batches)"),
+    ("microbatches=0", "remedy 'microbatches=0': the argument must be >= 1"),
 ])
 def test_cli_refuses_a_remedy_it_does_not_know_in_one_line_and_writes_nothing(tmp_path, arg, message):
     out = tmp_path / "out.parquet"

@@ -68,6 +68,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzers.causality import pipeline
 from analyzers.causality.attribution import attribution
 from analyzers.causality.collectives import parts as collective_parts
 from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, JobGraph, job_graph
@@ -127,9 +128,16 @@ REMEDY_DOCS = {
                "kernel; without a repeated sequence, the i-th of n at i/(n-1) of the backward (the last 2/3 of "
                "the stream's kernel time in the step: backward costs twice the forward), the last two at that "
                "kernel",
+    "microbatches": "more micro-batches for a pipeline: each pipeline's step (a chain of ranks handing micro-batches "
+                    "on with point-to-point transfers) runs its batch in ARG micro-batches (default 4 per stage, at "
+                    "least as many as recorded) of proportionally less compute and transfer each; the pipeline's "
+                    "schedule (GPipe or 1F1B, as recorded) is modelled with both counts from each stage's kernel "
+                    "time and transfers (analyzers.causality.pipeline), and each step of the pipeline's ranks "
+                    "shrinks by the difference, its rows compressed evenly and later steps moved up (the new "
+                    "micro-batches' own rows are not drawn)",
 }
-#: Remedies that take an argument (ns; `priority`: a stream id).
-TAKES_ARG = ("launch", "compile", "priority")
+#: Remedies that take an argument (ns; `priority`: a stream id; `microbatches`: a count).
+TAKES_ARG = ("launch", "compile", "priority", "microbatches")
 #: What an asynchronous call (a copy from pinned memory, a launch into a queue with room) costs the
 #: host at most (ns).
 ASYNC_CALL_NS = 5_000
@@ -179,12 +187,14 @@ class Remedy:
             raise ValueError(f"unknown remedy {text!r}: choose one of {', '.join(REMEDY_DOCS)}")
         if arg and name not in TAKES_ARG:
             raise ValueError(f"remedy {name!r} takes no argument (got {text!r})")
+        unit = {"priority": "a stream id", "microbatches": "a count of micro-batches"}.get(name, "ns")
         try:
             value = int(arg) if arg else None
         except ValueError:
-            raise ValueError(f"remedy {text!r}: the argument must be an integer (ns)") from None
-        if value is not None and value < 0:
-            raise ValueError(f"remedy {text!r}: the argument must be >= 0 ns")
+            raise ValueError(f"remedy {text!r}: the argument must be an integer ({unit})") from None
+        least = 1 if name == "microbatches" else 0
+        if value is not None and value < least:
+            raise ValueError(f"remedy {text!r}: the argument must be >= {least}" + (" ns" if unit == "ns" else ""))
         ranks = None
         if at:
             try:
@@ -231,6 +241,7 @@ class Remedy:
             _raise_priority(frames, jg, e, self.arg, self.ranks)
         elif self.name == "overlap":
             _overlap_buckets(frames, jg, e, self.ranks)
+        # microbatches acts after the re-timing (_more_micro_batches): it edits no edge.
 
 
 def _cheapen_launches(jg: JobGraph, e: Edit, w: np.ndarray, mine: np.ndarray, cause_name: str, floor: int) -> None:
@@ -1170,6 +1181,9 @@ def replay(frames: Frames, remedies: tuple[Remedy, ...] | list[Remedy] = ()) -> 
         r.edit(frames, jg, e)
     resources = _resources(frames, jg, src, dst, e)
     new = retime(node_ts, src, dst, w0, e, resources)[:n]
+    for r in remedies:
+        if r.name == "microbatches":
+            new = _more_micro_batches(frames, jg, new, r)
     # The run's span: first to last device task (all nodes where no task ran).
     dev = _task_nodes(jg)
     dev = dev if len(dev) else np.arange(n)
@@ -1185,6 +1199,28 @@ def replay(frames: Frames, remedies: tuple[Remedy, ...] | list[Remedy] = ()) -> 
     table = _write(frames, jg, new)
     return ReplayResult(Trace(table, frames.trace.meta), span, new_span, int((new != jg.node_ts).sum()), remedies,
                         base_span)
+
+
+def _more_micro_batches(frames: Frames, jg: JobGraph, new: np.ndarray, remedy: Remedy) -> np.ndarray:
+    """`new` with each pipeline's steps shortened by what more micro-batches save
+    (REMEDY_DOCS["microbatches"]): on its ranks, time within a step's phase compressed evenly,
+    time after it moved up by the steps' savings so far."""
+    node_rank = np.full(len(new), -1, dtype=np.int64)
+    for r, g in jg.graphs.items():
+        node_rank[jg.offsets[r]:jg.offsets[r] + 2 * g.H + 2 * g.D] = r
+    out = new.copy()
+    for pipe in pipeline.find(frames):
+        if remedy.ranks is not None and not set(pipe.stages) & set(remedy.ranks):
+            continue
+        sav = pipeline.savings(pipe, remedy.arg if remedy.arg is not None else pipeline.default_micro_batches(pipe))
+        if not sav["saving_ns"].any():
+            continue
+        knots = np.maximum.accumulate(sav[["start", "end"]].to_numpy(np.float64).ravel())
+        total = np.cumsum(sav["saving_ns"].to_numpy(np.float64))
+        moved = np.column_stack([np.concatenate([[0.0], total[:-1]]), total]).ravel()
+        mine = np.isin(node_rank, pipe.stages)
+        out[mine] = new[mine] - np.round(np.interp(new[mine], knots, moved)).astype(np.int64)
+    return out
 
 
 def _alone_ns(ts: np.ndarray, end: np.ndarray) -> np.ndarray:

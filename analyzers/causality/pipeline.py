@@ -1,0 +1,237 @@
+"""Pipeline parallelism as the trace records it: stages, micro-batches, and what more of them save.
+
+A pipeline is a chain of ranks that hand each micro-batch on with point-to-point transfers:
+typed collectives of two ranks (`collectives.parts` with `ranks == 2`) whose names say send or
+receive (HCCL's hcom_send / hcom_receive, NCCL's Send / Recv kernels; a SendRecv names no
+direction and is not one). Each transfer channel (a communicator id of its own) joins a sender
+and a receiver; the ranks the channels join form a path, and the stage that sends before it
+receives is stage 0. The micro-batches per step (M) are the first stage's sends to the second
+(their median over steps), and the schedule is GPipe when the last
+stage received every forward before it sent its first backward, else one-forward-one-backward
+(1F1B).
+
+`schedule_ns` is the pipeline's model: every stage computes each micro-batch's forward in
+W / (3 M) and its backward in 2 W / (3 M), where W is the stage's kernel time in the step (a
+backward costs twice its forward); a receive starts when the sender's compute ended, the
+sender's previous send in that direction left and the receiver's stream reached it (as HcclRecv
+on the compute stream and HcclSend on a send stream per direction do), and lasts the step's median transfer into that stage
+in that direction, scaled by the micro-batch's size. With K micro-batches each unit shrinks by
+M / K; the fill and drain ((P - 1) units at each end) shrink with them, which is the saving.
+The model's own span for M is the baseline, so its errors (the update and the data loading
+spread over the micro-batches, launches that more micro-batches add) largely cancel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers.causality.collectives import parts
+from analyzers.frames import Frames, merge_intervals
+
+#: A point-to-point transfer's name: it sends or receives (never both: NCCL's SendRecv is a collective).
+SEND = re.compile(r"send", re.I)
+RECV = re.compile(r"recv|receive", re.I)
+#: The micro-batch count more-micro-batches aims at by default: 4 per stage (Megatron-LM's advice,
+#: the bubble (P - 1) / (M + P - 1) under about 16%).
+PER_STAGE = 4
+
+
+@dataclass
+class Pipeline:
+    """One pipeline: its ranks in stage order, micro-batches per step, schedule, and per step and
+    stage the kernel time and median transfers (`steps`: step, stage, rank, work_ns, fwd_ns,
+    bwd_ns (transfer into the stage forward / backward, 0 where none), start, end)."""
+
+    stages: tuple[int, ...]
+    micro_batches: int
+    schedule: str
+    steps: pd.DataFrame
+
+    @property
+    def bubble_share(self) -> float:
+        """The ideal bubble share of a step: (P - 1) / (M + P - 1)."""
+        p = len(self.stages)
+        return (p - 1) / (self.micro_batches + p - 1)
+
+
+def transfers(frames: Frames) -> pd.DataFrame:
+    """The point-to-point parts of the trace (collectives.parts rows of two ranks that send or
+    receive), with `sending` (bool), `peer` (the other rank) and `step`."""
+    p = parts(frames)
+    if p.empty:
+        return p.assign(sending=pd.Series(dtype=bool), peer=pd.Series(dtype=np.int64))
+    names = p["name"].astype(str)
+    send, recv = names.str.contains(SEND), names.str.contains(RECV)
+    p = p[(p["ranks"] == 2) & (send ^ recv)].copy()
+    p["sending"] = send[p.index].to_numpy()
+    ranks = p.groupby("group")["rank"].agg(["min", "max"])
+    lo, hi = ranks["min"].reindex(p["group"]).to_numpy(), ranks["max"].reindex(p["group"]).to_numpy()
+    p["peer"] = np.where(p["rank"].to_numpy() == lo, hi, lo).astype(np.int64)
+    ops = frames.device_ops
+    key = ops[["rank", "corr", "step"]].dropna(subset=["corr"]).drop_duplicates(["rank", "corr"])
+    p = p.merge(key, on=["rank", "corr"], how="left")
+    p["step"] = p["step"].fillna(-1).astype(np.int64)
+    return p[p["group"].map(p.groupby("group")["rank"].nunique()) == 2].reset_index(drop=True)
+
+
+def find(frames: Frames) -> list[Pipeline]:
+    """The trace's pipelines (see the module docstring); cached per frames."""
+    key = ("causality.pipelines",)
+    if key in frames._cache:
+        return frames._cache[key]
+    out: list[Pipeline] = []
+    t = transfers(frames)
+    if not t.empty:
+        pairs = t[["rank", "peer"]].drop_duplicates()
+        adj: dict[int, set[int]] = {}
+        for r, q in pairs.itertuples(index=False):
+            adj.setdefault(int(r), set()).add(int(q))
+        seen: set[int] = set()
+        for r0 in sorted(adj):
+            if r0 in seen:
+                continue
+            comp, todo = set(), [r0]
+            while todo:
+                r = todo.pop()
+                if r not in comp:
+                    comp.add(r)
+                    todo += adj[r] - comp
+            seen |= comp
+            pipe = _pipeline(frames, t[t["rank"].isin(comp)], adj, comp)
+            if pipe is not None:
+                out.append(pipe)
+    frames._cache[key] = out
+    return out
+
+
+def _pipeline(frames: Frames, t: pd.DataFrame, adj: dict[int, set[int]], comp: set[int]) -> Pipeline | None:
+    ends = [r for r in comp if len(adj[r]) == 1]
+    if len(comp) < 2 or len(ends) != 2 or any(len(adj[r]) > 2 for r in comp):
+        return None  # not a chain (a ring or a tree of transfers is no pipeline)
+    first = {r: t[t["rank"] == r].sort_values("ts").iloc[0] for r in ends}
+    head = [r for r in ends if bool(first[r]["sending"])]
+    if len(head) != 1:
+        return None
+    order, prev = [head[0]], None
+    while len(order) < len(comp):
+        nxt = [q for q in adj[order[-1]] if q != prev]
+        prev = order[-1]
+        order.append(nxt[0])
+    stage = {r: s for s, r in enumerate(order)}
+    t = t[t["step"] >= 0]
+    if t.empty:
+        return None
+    # Per step: micro-batches = the first stage's sends downstream.
+    s0 = t[(t["rank"] == order[0]) & t["sending"]]
+    per_step = s0.groupby("step").size()
+    if per_step.empty:
+        return None
+    m = int(per_step.median())
+    # GPipe's last stage receives every forward before it sends its first backward; 1F1B's sends
+    # a backward after each forward (after the first P - 1 on earlier stages).
+    last = t[t["rank"] == order[-1]]
+    schedule = "gpipe"
+    for _, g in last.groupby("step"):
+        sends = g.loc[g["sending"], "arrive"]
+        if len(sends) and int((g.loc[~g["sending"], "arrive"] < sends.min()).sum()) < min(m, (~g["sending"]).sum()):
+            schedule = "1f1b"
+            break
+    recv = t[~t["sending"]].copy()
+    recv["transfer"] = recv["end"] - np.maximum(recv["ts"], recv["release"])
+    recv["forward"] = recv["peer"].map(stage) < recv["rank"].map(stage)
+    fwd = recv[recv["forward"]].groupby(["step", "rank"])["transfer"].median()
+    bwd = recv[~recv["forward"]].groupby(["step", "rank"])["transfer"].median()
+    ops = frames.device_ops
+    ops = ops[ops["rank"].isin(comp) & (ops["step"].notna())]
+    rows = []
+    for (step, rank), g in ops.groupby([ops["step"].astype(np.int64), ops["rank"].astype(np.int64)]):
+        k = g[g["kind"].astype(str) == "kernel"]
+        lo, hi = merge_intervals(k["ts"].to_numpy(np.int64), k["end"].to_numpy(np.int64))
+        rows.append({"step": int(step), "stage": stage[int(rank)], "rank": int(rank), "work_ns": int((hi - lo).sum()),
+                     "fwd_ns": int(fwd.get((step, rank), 0)), "bwd_ns": int(bwd.get((step, rank), 0)),
+                     "start": int(g["ts"].min()), "end": int(g["end"].max())})
+    steps = pd.DataFrame(rows)
+    if steps.empty:
+        return None
+    full = steps.groupby("step")["stage"].nunique() == len(order)  # a step every stage ran
+    steps = steps[steps["step"].isin(full[full].index)].sort_values(["step", "stage"]).reset_index(drop=True)
+    if steps.empty:
+        return None
+    return Pipeline(tuple(order), m, schedule, steps)
+
+
+def _orders(p: int, k: int, schedule: str) -> list[list[tuple[str, int]]]:
+    """Per stage, its micro-batch units in the order the schedule runs them."""
+    out = []
+    for s in range(p):
+        if schedule == "gpipe":
+            out.append([("F", j) for j in range(k)] + [("B", j) for j in range(k)])
+            continue
+        warm = min(p - s - 1, k)
+        units = [("F", j) for j in range(warm)]
+        for j in range(k - warm):
+            units += [("F", warm + j), ("B", j)]
+        units += [("B", j) for j in range(k - warm, k)]
+        out.append(units)
+    return out
+
+
+def schedule_ns(work: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, m: int, k: int, schedule: str) -> int:
+    """The modelled span of one step's pipeline phase with `k` micro-batches, from stage kernel
+    times `work` and transfers `fwd` / `bwd` recorded with `m` (see the module docstring)."""
+    p = len(work)
+    scale = m / k
+    f = work / (3 * m) * m / k
+    b = 2 * work / (3 * m) * m / k
+    cf, cb = fwd * scale, bwd * scale
+    orders = _orders(p, k, schedule)
+    end: dict[tuple[str, int, int], float] = {}
+    free = np.zeros(p)  # each stage's compute stream
+    sent = {"F": np.zeros(p), "B": np.zeros(p)}  # each stage's send streams, one per direction
+    idx = [0] * p
+    left = sum(len(o) for o in orders)
+    while left:
+        moved = False
+        for s in range(p):
+            while idx[s] < len(orders[s]):
+                kind, j = orders[s][idx[s]]
+                src = s - 1 if kind == "F" else s + 1
+                if 0 <= src < p:
+                    dep = end.get((kind, src, j))
+                    if dep is None:
+                        break
+                    start = max(dep, sent[kind][src], free[s])
+                    sent[kind][src] = start + (cf[s] if kind == "F" else cb[s])
+                    start = sent[kind][src]
+                else:
+                    start = free[s]
+                free[s] = end[kind, s, j] = start + (f[s] if kind == "F" else b[s])
+                idx[s] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            raise RuntimeError("the pipeline schedule deadlocks")  # cannot happen for GPipe / 1F1B
+    return int(round(max(end.values())))
+
+
+def savings(pipe: Pipeline, k: int) -> pd.DataFrame:
+    """Per step: the phase (start, end over the stages) and what `k` micro-batches save
+    (`saving_ns`, never below 0: fewer micro-batches than recorded save nothing)."""
+    rows = []
+    for step, g in pipe.steps.groupby("step"):
+        work, fwd, bwd = (g[c].to_numpy(np.float64) for c in ("work_ns", "fwd_ns", "bwd_ns"))
+        before = schedule_ns(work, fwd, bwd, pipe.micro_batches, pipe.micro_batches, pipe.schedule)
+        after = schedule_ns(work, fwd, bwd, pipe.micro_batches, k, pipe.schedule) if k > pipe.micro_batches \
+            else before
+        rows.append({"step": int(step), "start": int(g["start"].min()), "end": int(g["end"].max()),
+                     "model_ns": before, "new_model_ns": after, "saving_ns": max(0, before - after)})
+    return pd.DataFrame(rows, columns=["step", "start", "end", "model_ns", "new_model_ns", "saving_ns"])
+
+
+def default_micro_batches(pipe: Pipeline) -> int:
+    """More micro-batches' default target: PER_STAGE per stage, at least the recorded count."""
+    return max(PER_STAGE * len(pipe.stages), pipe.micro_batches)
