@@ -88,6 +88,14 @@ class Dataset:
         return communication.summaries(Rows(self.trace))[1]
 
     @cached_property
+    def pipeline(self) -> list[dict[str, Any]]:
+        """The pipeline's stage x micro-batch hand-overs (analyzers.causality.pipeline.view_cells),
+        empty when the trace records no pipeline: what `msprof-py cluster` prints."""
+        from analyzers.causality import pipeline
+
+        return pipeline.view_cells(pipeline.view(pipeline.own_transfers(self.frames)))
+
+    @cached_property
     def counters(self):
         from dashboard.lod import CounterIndex
 

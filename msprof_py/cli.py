@@ -625,7 +625,45 @@ def _render_cluster(result: dict[str, Any], title: str) -> Any:
             t.add_row(Text(r["op"][:60]), Text(str(r["count"])),
                       *(Text(sig(r[k])) for k in communication.SPLIT))
         parts.append(t)
+    if result.get("pipeline"):
+        parts.append(_pipeline_table(result["pipeline"]))
     return Group(*parts)
+
+
+#: The micro-batches the pipeline table shows as columns (the rest are summed into one).
+PIPELINE_COLUMNS = 16
+
+
+def _pipeline_table(cells: list[dict[str, Any]]) -> Any:
+    """Stage x micro-batch: each stage's wait for its peer's hand-over (mean over steps, ms)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from msprof_py.trace.units import sig
+
+    m = max(c["micro_batch"] for c in cells) + 1
+    shown = min(m, PIPELINE_COLUMNS)
+    t = Table(title="pipeline: each stage's wait for its neighbour's hand-over, per micro-batch (mean over steps, ms; "
+                    "the fill and drain are the bubble)", title_justify="left")
+    t.add_column("stage")
+    t.add_column("rank", justify="right")
+    t.add_column("from")
+    for j in range(shown):
+        t.add_column(str(j), justify="right")
+    if m > shown:
+        t.add_column(f"{shown}-{m - 1}", justify="right")
+    t.add_column("total", justify="right")
+    rows: dict[tuple, list[dict[str, Any]]] = {}
+    for c in cells:
+        rows.setdefault((c["stage"], c["rank"], c["direction"], c["peer"]), []).append(c)
+    for (stage, rank, direction, peer), cs in rows.items():
+        waits = {c["micro_batch"]: c["waited_ns"] / 1e6 for c in cs}
+        cols = [Text(sig(waits[j]) if j in waits else "-") for j in range(shown)]
+        if m > shown:
+            cols.append(Text(sig(sum(v for j, v in waits.items() if j >= shown))))
+        t.add_row(Text(str(stage)), Text(str(rank)), Text(f"{direction} (r{peer})"), *cols,
+                  Text(sig(sum(waits.values()))))
+    return t
 
 
 @app.command("analyze", short_help='Find bottlenecks, ranked by the time or memory they cost.')

@@ -25,6 +25,7 @@ def partition_summary(part: Any) -> dict[str, Any]:
     """The task of one partition (or a batch of consecutive ones; on disk or in memory): its
     collective parts, its communication summary and its step table."""
     from analyzers import Frames
+    from analyzers.causality import pipeline
     from analyzers.cluster import collective_parts
     from msprof_py import communication, report, summaries
 
@@ -33,6 +34,7 @@ def partition_summary(part: Any) -> dict[str, Any]:
     ranks = summaries.rank_steps(frames.steps)
     return {
         "parts": collective_parts(frames),
+        "transfers": pipeline.own_transfers(frames),
         "comm": communication.summarize(_CommRows(trace, frames)),
         "steps": summaries.step_table(ranks, frames.device_ops) if len(ranks) else None,
         "ranks": sorted(int(r) for r in trace.table.column("rank").unique().to_pylist()),
@@ -64,6 +66,7 @@ def analyze(parts: list, *, engine: str = "local", scheduler: str | None = None,
     """The cluster analyses (what `msprof-py cluster --format json` prints) of a job given as rank
     partitions (`report.rank_partitions`, or `report.split_by_rank` of a trace loaded whole), run
     on `engine` as `report.analyze` runs the analyzers."""
+    from analyzers.causality import pipeline
     from analyzers.cluster import report as cluster_report
     from msprof_py import communication, loading, summaries
     from msprof_py.report import _engine, local_batches
@@ -98,5 +101,7 @@ def analyze(parts: list, *, engine: str = "local", scheduler: str | None = None,
     steps = (summaries.cluster_step_trace_time(
         pd.concat(tables, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True))
         if tables else None)
+    own = [o["transfers"] for o in out if len(o["transfers"])]
+    cells = pipeline.view_cells(pipeline.view(pd.concat(own, ignore_index=True))) if own else []
     return {"steps": [] if steps is None else steps.to_dict("records"), **result,
-            "communication_time": communication.op_time_split(comm)}
+            "communication_time": communication.op_time_split(comm), "pipeline": cells}

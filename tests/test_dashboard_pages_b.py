@@ -558,3 +558,19 @@ def test_evidence_timelines_of_a_job_name_the_rank_of_every_lane(slow_rank):
            "occurrences": [o for o in g["occurrences"] if o["rank"] == g["rank"]]}
     lanes = evidence_window(slow_rank.frames, one)["lanes"]
     assert lanes and all(re.match(rf"r{one['rank']} ", lane) for lane in lanes)
+
+
+def test_overview_draws_the_pipeline_view_of_a_pipeline_job_only(store):
+    from analyzers.causality import pipeline
+    from runtime_emu import scenarios
+
+    ds = Dataset.from_trace(scenarios.run("llm-pipeline", switches=["pipeline-bubble"], seed=0).trace)
+    pipe = by_id(page(overview, Store.of({"pipe": ds}), 0))["ov-pipeline"].figure.data[0]
+    assert list(pipe.y) == ["stage 0 (r0) backward", "stage 1 (r1) forward", "stage 1 (r1) backward",
+                            "stage 2 (r2) forward", "stage 2 (r2) backward", "stage 3 (r3) forward"]
+    assert list(pipe.x) == ["0", "1", "2", "3"]
+    cells = pipeline.view_cells(pipeline.view(pipeline.own_transfers(ds.frames)))
+    assert pipe.z[5][0] == cells[-4]["waited_ns"] / 1e6 and pipe.z[5][0] > 10
+    # A data-parallel job has no pipeline.
+    for index in range(3):
+        assert "ov-pipeline" not in by_id(page(overview, store, index))

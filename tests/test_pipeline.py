@@ -137,3 +137,37 @@ def test_more_micro_batches_predict_the_real_fix_and_fewer_save_nothing(runs):
     assert moved[0] == r.saving_ns and (moved <= r.saving_ns).all() and (moved > 0.8 * r.saving_ns).all()
     assert replay(frames, [Remedy("microbatches", 2)]).saving_ns == 0
     assert replay(Frames(good), [Remedy("microbatches")]).saving_ns == 0  # already 4 per stage
+
+
+# ---------------------------------------------------------------- the pipeline view (stage x micro-batch)
+def test_the_view_shows_the_fill_and_drain_per_stage_and_micro_batch(runs):
+    v = pl.view(pl.own_transfers(Frames(runs["bad"].trace)))
+    # 4 micro-batches, 2 steps: 3 forward and 3 backward hand-overs of 4 each per step.
+    assert len(v) == 48 and sorted(v["stage"].unique()) == [0, 1, 2, 3]
+    assert set(v.loc[v["direction"] == "forward", "stage"]) == {1, 2, 3}
+    assert set(v.loc[v["direction"] == "backward", "stage"]) == {0, 1, 2}
+    assert (v["peer"] == np.where(v["direction"] == "forward", v["stage"] - 1, v["stage"] + 1)).all()
+    mean = v.groupby(["stage", "direction", "micro_batch"])["waited_ns"].mean()
+    for s in (1, 2, 3):  # the fill: only the first micro-batch waits, longer the deeper the stage
+        assert mean[s, "forward", 0] > 10_000_000 and max(mean[s, "forward", j] for j in (1, 2, 3)) < 10_000
+    assert mean[3, "forward", 0] > mean[2, "forward", 0] > mean[1, "forward", 0]
+    # The drain: the backward's first hand-over waits longest at the first stage.
+    assert mean[0, "backward", 0] > mean[1, "backward", 0] > mean[2, "backward", 0] > 10_000_000
+    assert (v["transfer_ns"] > 0).all()
+    assert pl.view(pl.own_transfers(Frames(scenarios.run("bert-train-dp", seed=0, steps=1, ranks=2).trace))).empty
+
+
+def test_cluster_prints_the_pipeline_view_partition_by_partition_as_from_the_whole_trace(runs, tmp_path):
+    from msprof_py import cluster, report
+
+    trace = runs["bad"].trace
+    got = cluster.analyze(report.split_by_rank(trace))["pipeline"]
+    assert got == pl.view_cells(pl.view(pl.own_transfers(Frames(trace))))
+    assert len(got) == 24 and got[0] == {**got[0], "stage": 0, "rank": 0, "direction": "backward",
+                                         "micro_batch": 0, "peer": 1, "steps": 2}
+    runs["bad"].save(tmp_path / "run")
+    res = subprocess.run([str(Path(sys.executable).with_name("msprof-py")), "cluster", str(tmp_path / "run" / "trace")],
+                         capture_output=True, text=True, timeout=300, env={"COLUMNS": "250", "PATH": ""})
+    assert res.returncode == 0, res.stderr
+    assert "pipeline: each stage's wait for its neighbour's hand-over" in res.stdout
+    assert "forward (r2)" in res.stdout and "backward (r1)" in res.stdout

@@ -235,3 +235,90 @@ def savings(pipe: Pipeline, k: int) -> pd.DataFrame:
 def default_micro_batches(pipe: Pipeline) -> int:
     """More micro-batches' default target: PER_STAGE per stage, at least the recorded count."""
     return max(PER_STAGE * len(pipe.stages), pipe.micro_batches)
+
+
+# ---------------------------------------------------------------- the stage x micro-batch view
+VIEW_COLUMNS = ["stage", "rank", "step", "micro_batch", "direction", "peer", "arrive", "end", "waited_ns",
+                "transfer_ns"]
+#: What a rank partition gives the view (`own_transfers`), before its peers' parts are known.
+OWN_COLUMNS = ["rank", "group", "seq", "name", "sending", "arrive", "end", "step"]
+
+
+def own_transfers(frames: Frames) -> pd.DataFrame:
+    """This table's point-to-point parts (OWN_COLUMNS), matched with no other rank: what each rank
+    partition contributes to `view`."""
+    p = parts(frames)
+    if p.empty:
+        return pd.DataFrame(columns=OWN_COLUMNS)
+    names = p["name"].astype(str)
+    send, recv = names.str.contains(SEND), names.str.contains(RECV)
+    p = p[send ^ recv].assign(sending=send[send ^ recv].to_numpy())
+    ops = frames.device_ops
+    key = ops[["rank", "corr", "step"]].dropna(subset=["corr"]).drop_duplicates(["rank", "corr"])
+    p = p.merge(key, on=["rank", "corr"], how="left")
+    p["step"] = p["step"].fillna(-1).astype(np.int64)
+    return p[OWN_COLUMNS].reset_index(drop=True)
+
+
+def view(own: pd.DataFrame) -> pd.DataFrame:
+    """The pipeline's hand-overs, stage by stage and micro-batch by micro-batch (VIEW_COLUMNS): each
+    receive of a stage, the peer that sent it, when the stage reached it (`arrive`), how long it
+    waited for the sender (`waited_ns`: the sender's arrival after its own, the bubble before that
+    micro-batch) and the transfer after both arrived. `micro_batch` counts a stage's receives of
+    one direction in a step. Built from every rank's `own_transfers` (concatenated); empty when
+    the transfers form no chain."""
+    if own.empty:
+        return pd.DataFrame(columns=VIEW_COLUMNS)
+    pairs = own.groupby(["group", "seq"])
+    ok = (pairs["rank"].transform("nunique") == 2) & (pairs["sending"].transform("sum") == 1)
+    own = own[ok]
+    send, recv = own[own["sending"]], own[~own["sending"]]
+    m = recv.merge(send[["group", "seq", "rank", "arrive"]], on=["group", "seq"], suffixes=("", "_sender"))
+    if m.empty:
+        return pd.DataFrame(columns=VIEW_COLUMNS)
+    adj: dict[int, set[int]] = {}
+    for a, b in m[["rank", "rank_sender"]].drop_duplicates().itertuples(index=False):
+        adj.setdefault(int(a), set()).add(int(b))
+        adj.setdefault(int(b), set()).add(int(a))
+    stage: dict[int, int] = {}
+    for head in sorted(r for r, q in adj.items() if len(q) == 1):
+        if head in stage:
+            continue
+        first = own[own["rank"] == head].sort_values("arrive")
+        if first.empty or not bool(first["sending"].iloc[0]):
+            continue  # the chain's other end: the walk starts where the forward starts
+        prev: int | None = None
+        cur: int | None = head
+        s = 0
+        while cur is not None and cur not in stage:
+            stage[cur] = s
+            nxt = [q for q in adj[cur] if q != prev]
+            prev, cur, s = cur, (nxt[0] if len(nxt) == 1 else None), s + 1
+    m = m[m["rank"].isin(stage) & m["rank_sender"].isin(stage)].copy()
+    if m.empty:
+        return pd.DataFrame(columns=VIEW_COLUMNS)
+    m["stage"] = m["rank"].map(stage).astype(np.int64)
+    m["direction"] = np.where(m["rank_sender"].map(stage) < m["stage"], "forward", "backward")
+    release = np.maximum(m["arrive"], m["arrive_sender"])
+    m["waited_ns"] = (release - m["arrive"]).astype(np.int64)
+    m["transfer_ns"] = np.maximum(0, m["end"] - release).astype(np.int64)
+    m = m.sort_values(["stage", "step", "direction", "arrive"], kind="stable")
+    m["micro_batch"] = m.groupby(["stage", "step", "direction"]).cumcount().astype(np.int64)
+    m = m.rename(columns={"rank_sender": "peer"})
+    return m[VIEW_COLUMNS].sort_values(["step", "stage", "direction", "micro_batch"], ascending=[True, True, False,
+                                                                                                  True]).reset_index(drop=True)
+
+
+def view_cells(v: pd.DataFrame) -> list[dict]:
+    """`view` as the cluster analyses print it: per stage, direction and micro-batch, the mean over
+    steps of the wait for the peer and of the transfer (ns), stages in order, forward first."""
+    if v.empty:
+        return []
+    g = v.groupby(["stage", "rank", "direction", "micro_batch"], sort=False)
+    out = g.agg(peer=("peer", "first"), steps=("step", "nunique"), waited_ns=("waited_ns", "mean"),
+                transfer_ns=("transfer_ns", "mean")).reset_index()
+    out["order"] = (out["direction"] == "backward").astype(int)
+    out = out.sort_values(["stage", "order", "micro_batch"], kind="stable")
+    return [{"stage": int(r.stage), "rank": int(r.rank), "direction": str(r.direction), "micro_batch": int(r.micro_batch),
+             "peer": int(r.peer), "steps": int(r.steps), "waited_ns": int(round(r.waited_ns)),
+             "transfer_ns": int(round(r.transfer_ns))} for r in out.itertuples()]

@@ -1,8 +1,8 @@
 """Overview: summary metrics, the per-step breakdown (compute / communication / copy / idle by
 cause, the same figure as the HTML report's), for a job of several ranks its step time per rank
 and step as a heatmap (a click opens that rank and step on the timeline) and the bytes each rank
-sent each other (the communication matrix), and the top findings,
-each linking to its window."""
+sent each other (the communication matrix), for a pipeline-parallel job each stage's wait per
+micro-batch (the pipeline view), and the top findings, each linking to its window."""
 
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ def layout(store, entry, params: dict[str, Any]):
                   dcc.Store(id="ov-trace", data=entry.index)]
     if len(ds.ranks) > 1:
         parts += _communication_matrix(entry, ranks)
+    if len(ds.ranks) > 1 and ds.pipeline:
+        parts += [html.H3("Pipeline"),
+                  html.P("Each pipeline stage's wait for its neighbour's hand-over before each micro-batch, forward "
+                         "(from the stage before) and backward (from the stage after), mean over steps: the "
+                         "first micro-batches' waits are the pipeline filling, the rest of the bubble is in the "
+                         "backward's first. PIPELINE_BUBBLE says what more micro-batches would save.",
+                         className="hint"),
+                  dcc.Graph(id="ov-pipeline", figure=pipeline_heatmap(ds.pipeline), config={"displaylogo": False})]
     parts.append(html.H3("Top findings"))
     parts.append(_top_findings(entry))
     skipped = ds.report.get("skipped") or {}
@@ -130,6 +138,27 @@ def step_heatmap(table: list[dict[str, Any]]) -> go.Figure:
     fig.update_layout(title="Step time per rank and step (ms)", height=min(160 + 22 * len(ranks), 900),
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, xaxis_title="step", yaxis_title="rank",
                       yaxis={"autorange": "reversed", "type": "category"}, xaxis={"type": "category"})
+    return fig
+
+
+def pipeline_heatmap(cells: list[dict[str, Any]]) -> go.Figure:
+    """Stage and direction (rows, stage 0 forward at the top) x micro-batch (columns): the mean wait
+    (ms) for the neighbour's hand-over before that micro-batch."""
+    rows = list(dict.fromkeys((c["stage"], c["rank"], c["direction"]) for c in cells))
+    m = max(c["micro_batch"] for c in cells) + 1
+    ri = {r: i for i, r in enumerate(rows)}
+    z = np.full((len(rows), m), np.nan)
+    for c in cells:
+        z[ri[(c["stage"], c["rank"], c["direction"])], c["micro_batch"]] = c["waited_ns"] / 1e6
+    fig = go.Figure(go.Heatmap(
+        z=[[None if np.isnan(v) else float(v) for v in row] for row in z], x=[str(j) for j in range(m)],
+        y=[f"stage {s} (r{r}) {d}" for s, r, d in rows], colorscale="Blues", zmin=0, colorbar={"title": "ms"},
+        xgap=1, ygap=1, hoverongaps=False,
+        hovertemplate="%{y}, micro-batch %{x}: waited %{z:,.3f} ms<extra></extra>"))
+    fig.update_layout(title="Pipeline: wait for the hand-over per stage and micro-batch (ms)",
+                      height=min(160 + 26 * len(rows), 900), margin={"l": 160, "r": 20, "t": 40, "b": 40},
+                      xaxis_title="micro-batch", yaxis={"autorange": "reversed", "type": "category"},
+                      xaxis={"type": "category"})
     return fig
 
 
