@@ -215,9 +215,10 @@ def match_collectives(parts: pd.DataFrame) -> pd.DataFrame:
         return parts.assign(instance=pd.Series(dtype=np.int64))
     for keys in (["stream", "name", "bytes"], ["name", "bytes"]):
         p = parts.sort_values(["rank", "arrival_ns"], kind="stable").copy()
-        p["nth"] = p.groupby(["rank", *keys]).cumcount()
+        # A part without a stream (an op on HCCL's planes, as torch_npu records it) keys as one.
+        p["nth"] = p.groupby(["rank", *keys], dropna=False).cumcount()
         key = [*keys, "nth"]
-        g = p.groupby(key, sort=False)
+        g = p.groupby(key, sort=False, dropna=False)
         p["instance"] = g.ngroup()
         n = g["rank"].transform("nunique")
         last = g["arrival_ns"].transform("max")

@@ -201,3 +201,13 @@ def test_cli_cluster_bad_input(path: Path, message: str) -> None:
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("msprof-py: error: ") and message in lines[0]
     assert "Traceback" not in res.output
+
+
+def test_cli_cluster_on_the_torch_npu_2_rank_folder(real_traces) -> None:
+    # Its HCCL ops sit on no stream (the HCCL planes): matching them across ranks keyed a NaN.
+    res = runner.invoke(app, ["cluster", str(real_traces / "ascend" / "resnet_2rank_level1_text"), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert [(r["op"], r["count"]) for r in got["communication_time"]][:2] == [("hcom_allReduce", 8),
+                                                                           ("Reduce_Inline", 72)]
+    assert got["pipeline"] == [] and got["slow_ranks"] == []
