@@ -202,7 +202,7 @@ def slow_ranks(src: Source, cfg: RankConfig | None = None, stats: pd.DataFrame |
              "top_op": r.ops[0] if r.ops else None} for r in hit.itertuples()]
 
 
-def slow_link_stats(src: Source, matrix: dict | None = None) -> pd.DataFrame:
+def slow_link_stats(src: Source, matrix: dict | pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (op, src, dst, transport) link, its transit time and bandwidth, judged against the
     links of the same transport (SLOW_LINK_COLUMNS).
 
@@ -217,7 +217,10 @@ def slow_link_stats(src: Source, matrix: dict | None = None) -> pd.DataFrame:
     Per transport, mean and standard deviation (population) of the transit times; a link's z is
     (transit - mean) / std, and it is slow when z > 3. A transport with fewer than 3 links, or
     whose links all took the same time, is not judged (judged False, z NaN)."""
-    df = _matrix_links(matrix) if matrix else pd.DataFrame()
+    if isinstance(matrix, pd.DataFrame):  # the links already as a table (_matrix_links' columns)
+        df = matrix.copy()
+    else:
+        df = _matrix_links(matrix) if matrix else pd.DataFrame()
     if df.empty:
         df = _collective_links(src if _matched(src) else instances(src))
     if df.empty:
@@ -230,6 +233,10 @@ def slow_link_stats(src: Source, matrix: dict | None = None) -> pd.DataFrame:
     df["z"] = np.where(df["judged"], (df["transit_ms"] - df["mean_ms"]) / df["std_ms"].where(df["judged"], 1.0), np.nan)
     df["slow"] = df["judged"] & (df["z"] > SIGMAS)
     return df[SLOW_LINK_COLUMNS].sort_values(["transport", "op", "src", "dst"], kind="stable").reset_index(drop=True)
+
+
+def _has(matrix: dict | pd.DataFrame | None) -> bool:
+    return len(matrix) > 0 if isinstance(matrix, pd.DataFrame) else bool(matrix)
 
 
 def _matrix_links(matrix: dict) -> pd.DataFrame:
@@ -262,7 +269,7 @@ def _collective_links(inst: pd.DataFrame) -> pd.DataFrame:
         "bandwidth_gbps": np.where(transit_ms > 0, np.round(size_mb / np.where(transit_ms > 0, transit_ms, 1), 4), 0.0)})
 
 
-def report(src: Source, matrix: dict | None = None, cfg: RankConfig | None = None) -> dict[str, Any]:
+def report(src: Source, matrix: dict | pd.DataFrame | None = None, cfg: RankConfig | None = None) -> dict[str, Any]:
     """The cluster analyses as plain objects (what `msprof-py cluster` prints) of a trace's frames
     or of its ranks' collective parts gathered from their partitions: the slow ranks
     (`slow_ranks`), the per-rank statistics (`slow_rank_stats`), per transport the links' count,
@@ -275,7 +282,7 @@ def report(src: Source, matrix: dict | None = None, cfg: RankConfig | None = Non
     for transport, g in links.groupby("transport", sort=True):
         transports.append({"transport": str(transport), "links": int(len(g)), "mean_ms": float(g["mean_ms"].iloc[0]),
                            "std_ms": float(g["std_ms"].iloc[0]), "judged": bool(g["judged"].iloc[0]),
-                           "slow": int(g["slow"].sum()), "source": "matrix" if matrix and (g["dst"] >= 0).all()
+                           "slow": int(g["slow"].sum()), "source": "matrix" if _has(matrix) and (g["dst"] >= 0).all()
                            else "collectives"})
     slow = links[links["slow"]].sort_values(["z", "op", "src", "dst"], ascending=[False, True, True, True],
                                              kind="stable")

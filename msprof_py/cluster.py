@@ -93,10 +93,11 @@ def analyze(parts: list, *, engine: str = "local", scheduler: str | None = None,
     ranks = sorted({r for o in out for r in o["ranks"]})
     if len(ranks) < 2:
         raise MsprofError(f"the cluster analyses need a multi-rank trace; it holds {len(ranks)} rank(s)")
-    comm, matrix = communication.reduce([o["comm"] for o in out], out[0]["topology"], out[0]["origin_ns"])
+    # The ops and links as tables: the cluster analyses need their sums, not communication.json's dicts.
+    ops, sent = communication.tables([o["comm"] for o in out], out[0]["topology"])
     frames = [o["parts"] for o in out if len(o["parts"])]
     coll = pd.concat(frames, ignore_index=True) if frames else out[0]["parts"]
-    result = cluster_report(coll, matrix)
+    result = cluster_report(coll, communication.link_table(sent))
     tables = [o["steps"] for o in out if o["steps"] is not None and len(o["steps"])]
     steps = (summaries.cluster_step_trace_time(
         pd.concat(tables, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True))
@@ -104,4 +105,4 @@ def analyze(parts: list, *, engine: str = "local", scheduler: str | None = None,
     own = [o["transfers"] for o in out if len(o["transfers"])]
     cells = pipeline.view_cells(pipeline.view(pd.concat(own, ignore_index=True))) if own else []
     return {"steps": [] if steps is None else steps.to_dict("records"), **result,
-            "communication_time": communication.op_time_split(comm), "pipeline": cells}
+            "communication_time": communication.op_time_split_table(ops), "pipeline": cells}

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analyzers.comm_links import Series, link_series
-from analyzers.comm_links import window as _window
+from analyzers.comm_links import Series, link_series, one_series
 
 if TYPE_CHECKING:
     from msprof_py.summaries import Rows
@@ -35,7 +34,7 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
 
     An op is one collective call as its members saw it (same name, start and end on every
     member); its name is `<name>__<k>@<members>`. Time info is msprof-analyze's split
-    (`time_split`): elapse = the Notify_Wait before the op (waiting for the last member) + the op;
+    (`_split`): elapse = the Notify_Wait before the op (waiting for the last member) + the op;
     wait = that wait and the wait tasks inside the op; synchronization = the opening wait;
     transit = the time in the op when some link it sent on was busy (the union over its links,
     from the same counters as its bandwidth), or the op when there are no link counters;
@@ -113,46 +112,6 @@ def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ts[idx], np.append(end[idx[1:] - 1], end[-1])
 
 
-def _length(x: tuple[np.ndarray, np.ndarray]) -> int:
-    return int((x[1] - x[0]).sum())
-
-
-def _minus(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> int:
-    """The length of the union `x` outside the union `y` (both merged)."""
-    if not len(y[0]):
-        return _length(x)
-    overlap = 0
-    for a, b in zip(*x):
-        overlap += int(np.clip(np.minimum(y[1], b) - np.maximum(y[0], a), 0, None).sum())
-    return _length(x) - overlap
-
-
-def time_split(wait_before_ns: int, start: int, end: int, inner_waits: tuple[np.ndarray, np.ndarray],
-               busy: tuple[np.ndarray, np.ndarray] | None, opening_ns: int = 0) -> dict[str, int]:
-    """msprof-analyze's split of one op's time on one rank (CommAnalyzerTime), in ns.
-
-    elapse = the wait before the op + the op; wait = the Notify_Wait time, before the op and inside
-    it (`inner_waits`, merged); synchronization = the opening wait (before the first transfer);
-    transit = the time inside the op, outside its waits, when at least one link or port the op sent
-    on was busy (`busy`: the union of their busy intervals, merged), or all of the op outside its
-    waits when there are no link counters (`busy` None); idle = elapse - transit - wait (>= 0 by
-    construction, since transit and the inner waits are disjoint parts of the op). `opening_ns`: a
-    wait at the op's start inside it (already among `inner_waits`), before its first transfer, which
-    counts as synchronization too (a kernel that spins until its last peer arrives, as NCCL's)."""
-    inner = (np.clip(inner_waits[0], start, end), np.clip(inner_waits[1], start, end))
-    inner_ns = _length(inner)
-    dur = end - start
-    if busy is None:
-        transit = dur - inner_ns
-    else:
-        clipped = _merge(np.clip(busy[0], start, end), np.clip(busy[1], start, end))
-        transit = _minus(clipped, inner)
-    wait = wait_before_ns + inner_ns
-    elapse = wait_before_ns + dur
-    return {"elapse": elapse, "transit": transit, "wait": wait, "synchronization": wait_before_ns + opening_ns,
-            "idle": elapse - transit - wait}
-
-
 def _opening_waits(coll: pd.DataFrame) -> np.ndarray:
     """Per collective of `coll` (`group` set): the wait at its start for its last member, where the
     trace records no wait of its own (no Notify_Wait before or inside it: each rank's kernel spins
@@ -194,57 +153,44 @@ def _opening_waits(coll: pd.DataFrame) -> np.ndarray:
 
 def reduce(parts: list[dict[str, Any]], topology: dict, origin_ns: int) -> tuple[dict, dict]:
     """communication.json and communication_matrix.json (as `summaries` gives them) from the
-    `summarize` outputs of every rank partition: ops are matched across the partitions' collectives."""
-    tables = [p["collectives"] for p in parts if len(p["collectives"])]
-    if not tables:
+    `summarize` outputs of every rank partition: ops are matched across the partitions'
+    collectives (`tables`, the one computation), then written op by op as the files lay them out."""
+    ops, sent = tables(parts, topology)
+    if ops.empty:
         return {}, {}
-    coll = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-    members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
-    coll["group"] = members
-    coll = coll.sort_values(["rank", "ts"], kind="stable")
-    coll["opening"] = _opening_waits(coll)
-    coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
-    coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
-    links: dict[tuple, Any] = {k: v for p in parts for k, v in p["links"].items()}
-    for key in [k for k in links if len(k) == 3]:  # a rank's peer-naming links, by sender
-        links.setdefault(("sends", key[0]), []).append(key)
+    at = sent.groupby("row", sort=False).indices if len(sent) else {}
+    s_src, s_dst = sent["src"].to_numpy(np.int64), sent["dst"].to_numpy(np.int64)
+    s_tr, s_bytes, s_busy = sent["transport"].to_numpy(), sent["bytes"].to_numpy(np.int64), sent["busy"].to_numpy(np.int64)
     comm: dict[str, Any] = {}
     matrix: dict[str, Any] = {}
-    for r in coll.itertuples(index=False):
+    for i, r in enumerate(ops.itertuples(index=False)):
         step = "step" if pd.isna(r.step) else f"step{int(r.step)}"
-        kind = "p2p" if str(r.name).startswith(("hcom_send", "hcom_receive")) else "collective"
-        group = [int(x) for x in r.group.split("-")]
-        sent = _op_links(links, topology, int(r.rank), group, int(r.ts), int(r.end))
-        inner = r.inner_waits
-        if r.opening > 0:  # the kernel spun until the last member came: an opening wait inside it
-            inner = _merge(np.append(inner[0], int(r.ts)), np.append(inner[1], int(r.ts) + int(r.opening)))
-        split = time_split(int(r.wait), int(r.ts), int(r.end), inner,
-                           _busy(links, int(r.rank), sent, int(r.ts), int(r.end)) if sent else None,
-                           opening_ns=int(r.opening))
-        wait_ms, transit_ms, sync_ms = split["wait"] / 1e6, split["transit"] / 1e6, split["synchronization"] / 1e6
+        wait_ms, transit_ms, sync_ms = r.wait_ns / 1e6, r.transit / 1e6, r.synchronization / 1e6
         time_info = {
             "Start Timestamp(us)": (origin_ns + int(r.ts) - r.wait) / 1000,
-            "Elapse Time(ms)": split["elapse"] / 1e6,
+            "Elapse Time(ms)": r.elapse / 1e6,
             "Transit Time(ms)": transit_ms, "Wait Time(ms)": wait_ms, "Synchronization Time(ms)": sync_ms,
-            "Idle Time(ms)": split["idle"] / 1e6, "Wait Time Ratio": _ratio(wait_ms, transit_ms),
+            "Idle Time(ms)": r.idle / 1e6, "Wait Time Ratio": _ratio(wait_ms, transit_ms),
             "Synchronization Time Ratio": _ratio(sync_ms, transit_ms),
         }
-        pairs = {f"{src}-{dst}": {"Transport Type": transport, "Transit Size(MB)": nbytes / MiB,
-                                  "Transit Time(ms)": busy / 1e6,
-                                  "Bandwidth(GB/s)": _gbps(nbytes / MiB, busy / 1e6), "Op Name": r.op}
-                 for src, dst, transport, nbytes, busy in sent}
+        mine = at.get(i, ())
+        pairs = {f"{s_src[j]}-{s_dst[j]}": {"Transport Type": str(s_tr[j]), "Transit Size(MB)": int(s_bytes[j]) / MiB,
+                                            "Transit Time(ms)": int(s_busy[j]) / 1e6,
+                                            "Bandwidth(GB/s)": _gbps(int(s_bytes[j]) / MiB, int(s_busy[j]) / 1e6),
+                                            "Op Name": r.op}
+                 for j in mine}
         if pairs:
-            bandwidth = _bandwidth_info(pairs, [nbytes for *_, nbytes, _ in sent])
+            bandwidth = _bandwidth_info(pairs, [int(s_bytes[j]) for j in mine])
         else:  # no link counters: the payload on the transport the members imply (as msprof-analyze without tasks)
             nbytes = 0 if pd.isna(r.bytes) else int(r.bytes)
-            transport = _transport(group, topology)
+            transport = _transport([int(x) for x in r.group.split("-")], topology)
             bandwidth = {tr: _bandwidth_entry(0.0, 0.0) for tr in TRANSPORTS}
             bandwidth[transport] = _bandwidth_entry(nbytes / MiB, r.dur / 1e6,
                                                     1.0 if nbytes >= LARGE_PACKET_BYTES[transport] else 0.0)
             bandwidth[transport]["Size Distribution"] = {f"{nbytes / MiB:g}": [1, r.dur / 1e6]} if nbytes else {}
         per_rank = comm.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})
-        per_rank[kind][r.op] = {"Communication Time Info": time_info, "Communication Bandwidth Info": bandwidth}
-        matrix.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})[kind][r.op] = pairs
+        per_rank[r.kind][r.op] = {"Communication Time Info": time_info, "Communication Bandwidth Info": bandwidth}
+        matrix.setdefault(str(r.rank), {}).setdefault(step, {"collective": {}, "p2p": {}})[r.kind][r.op] = pairs
     return comm, matrix
 
 
@@ -288,89 +234,6 @@ def _transport(group: list[int], topology: dict) -> str:
     return "PCIE" if topology.get("intra") == "pcie" else "HCCS"
 
 
-def _op_links(links: dict, topology: dict, rank: int, group: list[int], start: int,
-              end: int) -> list[tuple[int, int, str, int, int]]:
-    """The links `rank` sent on during [start, end) of an op among `group`: (src, dst, transport,
-    bytes, busy ns), by destination. The one computation both files' figures come from."""
-    out = []
-    members = set(group)
-    for key in links.get(("sends", rank), ()):
-        src, dst, transport = key
-        if dst in members and dst != rank:
-            nbytes, busy = _window(links[key], start, end)
-            if nbytes > 0:
-                out.append((src, dst, transport, nbytes, busy))
-    per_server = topology.get("devices_per_server")
-    if per_server:
-        server, position = rank // per_server, rank % per_server
-        remote = [d for d in group if d // per_server != server]
-        # HCCL's inter-server plane joins the NPUs in the same position; a flat algorithm any member.
-        plane = [d for d in remote if d % per_server == position] or remote
-        out += _shared(links, ("roce_tx", rank), [(d, ("roce_rx", d)) for d in plane], rank, "RDMA", start, end)
-        if topology.get("intra") == "pcie":
-            local = [d for d in group if d // per_server == server and d != rank]
-            nic = ("roce_tx", rank) if topology.get("roce_over_pcie") else None
-            out += _shared(links, ("pcie_d2h", rank), [(d, ("pcie_h2d", d)) for d in local], rank, "PCIE",
-                           start, end, minus=nic)
-    return sorted(out, key=lambda link: (link[1], TRANSPORTS.index(link[2])))
-
-
-def _busy(links: dict, rank: int, sent: list[tuple[int, int, str, int, int]], start: int,
-          end: int) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the busy intervals (rate > 0) within [start, end) of the series the op's links
-    (`_op_links`) were integrated from: a peer-naming link's own counter, else the sending port
-    it was shared out of (the RoCE NIC for RDMA, the PCIe link for PCIE)."""
-    keys: set[tuple] = set()
-    for src, dst, transport, _, _ in sent:
-        if (src, dst, transport) in links:
-            keys.add((src, dst, transport))
-        elif transport == "RDMA":
-            keys.add(("roce_tx", rank))
-        elif transport == "PCIE":
-            keys.add(("pcie_d2h", rank))
-    starts, ends = [], []
-    for key in keys:
-        ts_all, rate_all = links[key][0], links[key][1]
-        if not len(ts_all):
-            continue
-        # Only the samples whose step can meet [start, end): the one in force at start, and those
-        # before end (a lookup, not a pass over the whole series: ops x samples would be quadratic).
-        lo = max(int(np.searchsorted(ts_all, start, side="right")) - 1, 0)
-        hi = int(np.searchsorted(ts_all, end, side="left"))
-        ts, rate = ts_all[lo:hi], rate_all[lo:hi]
-        if not len(ts):
-            continue
-        last = ts_all[hi] if hi < len(ts_all) else max(end, int(ts_all[-1]))  # the last sample's rate holds on
-        nxt = np.append(ts[1:], last)
-        on = (rate > 0) & (nxt > start) & (ts < end)
-        starts.append(np.clip(ts[on], start, end))
-        ends.append(np.clip(nxt[on], start, end))
-    if not starts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return _merge(np.concatenate(starts), np.concatenate(ends))
-
-
-def _shared(links: dict, port: tuple, peers: list[tuple[int, tuple]], rank: int, transport: str, start: int,
-            end: int, minus: tuple | None = None) -> list[tuple[int, int, str, int, int]]:
-    """A sending port's bytes and busy time in the window shared out among its peers, each by the
-    bytes it could have taken from the port (the integral of the smaller of the port's rate and
-    the peer's receiving port's); a link's bandwidth is then the port's mean rate, never above it."""
-    if port not in links or not peers:
-        return []
-    nbytes, busy = _window(links[port], start, end)
-    if minus is not None and minus in links:  # traffic of another transport on the same port
-        nbytes -= _window(links[minus], start, end)[0]
-    if nbytes <= 0:
-        return []
-    weights = np.array([_overlap(links[port], links[rx], start, end) if rx in links else 0.0 for _, rx in peers])
-    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(peers), 1 / len(peers))
-    out = []
-    for (dst, _), w in zip(peers, weights):
-        if round(nbytes * w) > 0:
-            out.append((rank, dst, transport, round(nbytes * w), round(busy * w)))
-    return out
-
-
 def _link_series(rows: "Rows | LinkRows") -> dict[tuple, Series]:
     """The trace's link rate series (analyzers.comm_links.link_series): the SLOW_LINK finding
     integrates the same series with the same function."""
@@ -381,17 +244,6 @@ def _rate_at(series, at: np.ndarray) -> np.ndarray:
     ts, rate = series[0], series[1]
     i = np.searchsorted(ts, at, side="right") - 1
     return np.where(i >= 0, rate[np.clip(i, 0, None)], 0.0)
-
-
-def _overlap(a, b, start: int, end: int) -> float:
-    """The integral over [start, end) of the smaller of two links' rates."""
-    # The samples inside the window (two lookups per series, not a pass over it).
-    inside = [x[0][np.searchsorted(x[0], start, side="left"):np.searchsorted(x[0], end, side="right")] for x in (a, b)]
-    cuts = np.unique(np.concatenate(([start, end], *inside)))
-    if len(cuts) < 2:
-        return 0.0
-    left = cuts[:-1]
-    return float(np.sum(np.minimum(_rate_at(a, left), _rate_at(b, left)) * np.diff(cuts)))
 
 
 #: The time split columns of `op_time_split`, as communication.json names them.
@@ -416,3 +268,221 @@ def op_time_split(comm: dict[str, Any]) -> list[dict[str, Any]]:
                         row[k] += float(info[k])
     return sorted(out.values(), key=lambda r: (-r["Elapse Time(ms)"], r["op"]))
 
+
+# ---------------------------------------------------------------- the columnar reduce
+#: One row per (rank, op): the op as communication.json names it and its time split (ns).
+OP_COLUMNS = ["rank", "step", "kind", "op", "name", "group", "ts", "end", "dur", "bytes", "wait", "opening",
+              "elapse", "transit", "wait_ns", "synchronization", "idle", "linked"]
+#: One row per link an op sent on (communication_matrix.json's entries), in the matrix's order.
+LINK_COLUMNS = ["row", "rank", "op", "src", "dst", "transport", "bytes", "busy"]
+
+
+def _ops(parts: list[dict[str, Any]]) -> pd.DataFrame | None:
+    """Every partition's collectives as one table of ops, matched across ranks and named."""
+    tables = [p["collectives"] for p in parts if len(p["collectives"])]
+    if not tables:
+        return None
+    coll = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0].copy()
+    members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
+    coll["group"] = members
+    coll = coll.sort_values(["rank", "ts"], kind="stable")
+    coll["opening"] = _opening_waits(coll)
+    coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
+    coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
+    return coll.reset_index(drop=True)
+
+
+def _at(series: Series, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`analyzers.comm_links.integral` at every instant of `at`: bytes and busy ns up to it."""
+    ts, rate, cum_bytes, cum_busy = series
+    i = np.searchsorted(ts, at, side="right") - 1
+    ok = i >= 0
+    j = np.clip(i, 0, None)
+    dt = at - ts[j]
+    return (np.where(ok, cum_bytes[j] + rate[j] * dt, 0.0),
+            np.where(ok, cum_busy[j] + np.where(rate[j] > 0, dt, 0), 0).astype(np.int64))
+
+
+def _windows(series: Series, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`analyzers.comm_links.window` over many windows: whole bytes and busy ns of each."""
+    b0, t0 = _at(series, start)
+    b1, t1 = _at(series, end)
+    return np.round(b1 - b0).astype(np.int64), t1 - t0
+
+
+def _combined(series: list[Series], how: str) -> Series:
+    """One step series of several: the smaller rate of two (`min`), or 1 wherever any is busy
+    (`any`); its integral is their overlap, its busy time their union's."""
+    cuts = np.unique(np.concatenate([s[0] for s in series]))
+    rates = [_rate_at(s, cuts) for s in series]
+    rate = np.minimum(rates[0], rates[1]) if how == "min" else (np.stack(rates) > 0).any(axis=0).astype(np.float64)
+    return one_series(cuts, np.asarray(rate, np.float64))
+
+
+def tables(parts: list[dict[str, Any]], topology: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """communication.json's ops and communication_matrix.json's links as two tables (OP_COLUMNS,
+    LINK_COLUMNS) from the `summarize` outputs of every rank partition: the one computation
+    both files come from, link windows and shares computed over all ops of a rank and group at
+    once. `reduce` writes the files' dicts from them."""
+    coll = _ops(parts)
+    if coll is None:
+        return pd.DataFrame(columns=OP_COLUMNS), pd.DataFrame(columns=LINK_COLUMNS)
+    links: dict[tuple, Series] = {k: v for p in parts for k, v in p["links"].items()}
+    sends: dict[int, list[tuple]] = {}
+    for key in links:
+        if len(key) == 3:  # a rank's peer-naming links, by sender
+            sends.setdefault(int(key[0]), []).append(key)
+    rank_all = coll["rank"].to_numpy(np.int64)
+    ts_all, end_all = coll["ts"].to_numpy(np.int64), coll["end"].to_numpy(np.int64)
+    per_server = topology.get("devices_per_server")
+    out: list[pd.DataFrame] = []
+    mins: dict[tuple, Series] = {}
+    for (rank, group), idx in coll.groupby(["rank", "group"], sort=False).indices.items():
+        rank = int(rank)
+        members = [int(x) for x in str(group).split("-")]
+        rows, start, end = idx, ts_all[idx], end_all[idx]
+        for key in sends.get(rank, ()):
+            if key[1] in members and key[1] != rank:
+                nbytes, busy = _windows(links[key], start, end)
+                keep = nbytes > 0
+                if keep.any():
+                    out.append(pd.DataFrame({"row": rows[keep], "src": key[0], "dst": key[1], "transport": key[2],
+                                             "bytes": nbytes[keep], "busy": busy[keep]}))
+        if not per_server:
+            continue
+        server, position = rank // per_server, rank % per_server
+        remote = [d for d in members if d // per_server != server]
+        plane = [d for d in remote if d % per_server == position] or remote
+        shares: list[tuple[tuple, list[tuple[int, tuple]], str, tuple | None]] = [
+            (("roce_tx", rank), [(d, ("roce_rx", d)) for d in plane], "RDMA", None)]
+        if topology.get("intra") == "pcie":
+            local = [d for d in members if d // per_server == server and d != rank]
+            nic = ("roce_tx", rank) if topology.get("roce_over_pcie") else None
+            shares.append((("pcie_d2h", rank), [(d, ("pcie_h2d", d)) for d in local], "PCIE", nic))
+        for port, peers, transport, minus in shares:
+            if port not in links or not peers:
+                continue
+            nbytes, busy = _windows(links[port], start, end)
+            if minus is not None and minus in links:  # traffic of another transport on the same port
+                nbytes = nbytes - _windows(links[minus], start, end)[0]
+            weights = np.zeros((len(peers), len(rows)))
+            for k, (_, rx) in enumerate(peers):
+                if rx in links:
+                    pair = (port, rx)
+                    if pair not in mins:
+                        mins[pair] = _combined([links[port], links[rx]], "min")
+                    b0, _ = _at(mins[pair], start)
+                    b1, _ = _at(mins[pair], end)
+                    weights[k] = b1 - b0
+            total = weights.sum(axis=0)
+            weights = np.where(total > 0, weights / np.where(total > 0, total, 1.0), 1 / len(peers))
+            for k, (dst, _) in enumerate(peers):
+                share_b, share_t = np.round(nbytes * weights[k]), np.round(busy * weights[k])
+                keep = (nbytes > 0) & (share_b > 0)
+                if keep.any():
+                    out.append(pd.DataFrame({"row": rows[keep], "src": rank, "dst": dst, "transport": transport,
+                                             "bytes": share_b[keep].astype(np.int64),
+                                             "busy": share_t[keep].astype(np.int64)}))
+    sent = pd.concat(out, ignore_index=True) if out else pd.DataFrame(
+        {c: pd.Series(dtype=np.int64) for c in ("row", "src", "dst", "bytes", "busy")}).assign(transport="")
+    sent["order"] = sent["transport"].map({t: i for i, t in enumerate(TRANSPORTS)})
+    sent = sent.sort_values(["row", "dst", "order"], kind="stable").reset_index(drop=True)
+    sent["rank"] = rank_all[sent["row"].to_numpy(np.int64)]
+    sent["op"] = coll["op"].to_numpy()[sent["row"].to_numpy(np.int64)]
+    coll["linked"] = np.bincount(sent["row"], minlength=len(coll)) > 0
+    _split(coll, sent, links)
+    coll["kind"] = np.where(coll["name"].astype(str).str.startswith(("hcom_send", "hcom_receive")), "p2p",
+                            "collective")
+    return coll[OP_COLUMNS], sent[LINK_COLUMNS]
+
+
+def _split(coll: pd.DataFrame, sent: pd.DataFrame, links: dict[tuple, Series]) -> None:
+    """msprof-analyze's split of every op's time on its rank (CommAnalyzerTime), in ns, in place.
+
+    elapse = the wait before the op + the op; wait = the Notify_Wait time, before the op and inside
+    it (merged); synchronization = the opening wait (before the first transfer: the wait before the
+    op, plus a wait at the op's start inside it, `opening`, as a kernel that spins until its last
+    peer arrives, as NCCL's); transit = the time inside the op, outside its waits, when at least one
+    series its links came from was busy (a peer-naming link's own counter, else the sending port
+    it was shared out of; one union series per rank and set of such series), or all of the op
+    outside its waits when it has no links; idle = elapse - transit - wait (>= 0 by construction,
+    since transit and the inner waits are disjoint parts of the op)."""
+    n = len(coll)
+    ts, end = coll["ts"].to_numpy(np.int64), coll["end"].to_numpy(np.int64)
+    wait_before = coll["wait"].to_numpy(np.int64)
+    opening = coll["opening"].to_numpy(np.int64)
+    # The waits inside each op (and an opening wait), merged and clipped to it: (op, start, end).
+    w_row, w_a, w_b = [], [], []
+    for i, (inner, op_ts, op_end, o) in enumerate(zip(coll["inner_waits"], ts, end, opening)):
+        if o > 0:
+            inner = _merge(np.append(inner[0], op_ts), np.append(inner[1], op_ts + o))
+        if len(inner[0]):
+            w_row.append(np.full(len(inner[0]), i))
+            w_a.append(np.clip(inner[0], op_ts, op_end))
+            w_b.append(np.clip(inner[1], op_ts, op_end))
+    wr = np.concatenate(w_row) if w_row else np.zeros(0, np.int64)
+    wa = np.concatenate(w_a) if w_a else np.zeros(0, np.int64)
+    wb = np.concatenate(w_b) if w_b else np.zeros(0, np.int64)
+    inner_ns = np.bincount(wr, weights=wb - wa, minlength=n).astype(np.int64)
+    transit = end - ts - inner_ns  # no link counters: the op outside its waits
+    if len(sent):
+        rank = coll["rank"].to_numpy(np.int64)
+        peer_named = [(s, d, t) in links for s, d, t in zip(sent["src"], sent["dst"], sent["transport"])]
+        port = np.where(sent["transport"] == "RDMA", "roce_tx", "pcie_d2h")
+        keys = [(int(s), int(d), str(t)) if named else (str(p), int(r))
+                for s, d, t, named, p, r in zip(sent["src"], sent["dst"], sent["transport"], peer_named, port,
+                                                sent["rank"])]
+        per_op: dict[int, frozenset] = {}
+        for row, key in zip(sent["row"].to_numpy(np.int64), keys):
+            per_op[row] = per_op.get(row, frozenset()) | {key}
+        by_set: dict[tuple[int, frozenset], list[int]] = {}
+        for row, ks in per_op.items():
+            by_set.setdefault((int(rank[row]), ks), []).append(row)
+        w_order = np.argsort(wr, kind="stable")
+        w_first = np.searchsorted(wr[w_order], np.arange(n + 1))
+        for (_, ks), rows_list in by_set.items():
+            union = _combined([links[k] for k in sorted(ks, key=str)], "any")
+            rows = np.array(rows_list, dtype=np.int64)
+            busy = _at(union, end[rows])[1] - _at(union, ts[rows])[1]
+            # The busy time inside the op's waits is not transit.
+            lo, hi = w_first[rows], w_first[rows + 1]
+            has = hi > lo
+            if has.any():
+                sel = np.concatenate([w_order[a:b] for a, b in zip(lo[has], hi[has])])
+                inside = _at(union, wb[sel])[1] - _at(union, wa[sel])[1]
+                busy -= np.bincount(np.searchsorted(rows, wr[sel]), weights=inside, minlength=len(rows)).astype(np.int64)
+            transit[rows] = busy
+    coll["wait_ns"] = wait_before + inner_ns
+    coll["elapse"] = wait_before + (end - ts)
+    coll["transit"] = transit
+    coll["synchronization"] = wait_before + opening
+    coll["idle"] = coll["elapse"] - coll["transit"] - coll["wait_ns"]
+
+
+def op_time_split_table(ops: pd.DataFrame) -> list[dict[str, Any]]:
+    """`op_time_split` from `tables`' ops (no communication.json dicts in between): per op name (up
+    to the op's first "__", as `op_time_split` cuts it: torch_npu's names hold "__" themselves)
+    the (rank, op) entries and each time of `SPLIT` summed in ns, then in ms."""
+    if ops.empty:
+        return []
+    cols = {"Elapse Time(ms)": "elapse", "Transit Time(ms)": "transit", "Wait Time(ms)": "wait_ns",
+            "Synchronization Time(ms)": "synchronization", "Idle Time(ms)": "idle"}
+    g = ops.groupby(ops["op"].astype(str).str.split("__", n=1).str[0], sort=False)  # as op_time_split names them
+    sums = g[list(cols.values())].sum()
+    count = g.size()
+    out = [{"op": str(name), "count": int(count[name]), **{k: int(sums.at[name, c]) / 1e6 for k, c in cols.items()}}
+           for name in sums.index]
+    return sorted(out, key=lambda r: (-r["Elapse Time(ms)"], r["op"]))
+
+
+def link_table(sent: pd.DataFrame) -> pd.DataFrame:
+    """`tables`' links as the cluster analyses read communication_matrix.json's entries (op, name,
+    src, dst, transport, size_mb, transit_ms, bandwidth_gbps), without the dicts."""
+    size_mb = sent["bytes"].to_numpy(np.int64) / MiB
+    transit_ms = sent["busy"].to_numpy(np.int64) / 1e6
+    return pd.DataFrame({"op": sent["op"].astype(str).to_numpy(), "name": sent["op"].astype(str).str.split("__").str[0],
+                         "src": sent["src"].to_numpy(np.int64), "dst": sent["dst"].to_numpy(np.int64),
+                         "transport": sent["transport"].astype(str).to_numpy(), "size_mb": size_mb,
+                         "transit_ms": transit_ms,
+                         "bandwidth_gbps": np.where(transit_ms > 0, np.round(size_mb / np.where(transit_ms > 0, transit_ms,
+                                                                                                1.0), 4), 0.0)})
