@@ -3,8 +3,9 @@
 A multi-rank job's trace is partitioned by rank (`rank=R/part-0.parquet`); each partition is the
 unit of parallel work. `map_partition(trace)` runs on ONE partition (a Trace holding some ranks,
 usually one): every per-rank analyzer runs as it would on the whole trace and returns its findings
-and metrics; the cross-rank analyzers (slow rank, slow link) only `summarize` the partition into a
-small summary (each rank's collective arrival table and busy times; its link samples).
+and metrics; the cross-rank analyzers (slow rank, slow link, pipeline bubble) only `summarize` the
+partition into a small summary (each rank's collective arrival table and busy times; its link
+samples; its point-to-point transfers and kernel time per step).
 `reduce_partitions(partials)` then, on the driver, merges the per-rank findings and metrics back
 into the order and shape a whole-trace `run` gives, and runs the cross-rank `reduce` functions
 over the summaries. The result is the `AnalysisResult` of `analyzers.run` on the whole trace.
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from analyzers import bandwidth, links, ranks
+from analyzers import bandwidth, links, pipeline, ranks
 from analyzers.bandwidth import _low_overlap
 from analyzers.causality import collectives
 from analyzers.finding import REGISTRY, AnalysisResult, Finding, Skipped, _load_all, attributed, group_across_ranks
@@ -38,6 +39,7 @@ from msprof_py.trace.schema import Trace
 CROSS_RANK: dict[str, tuple[Callable[[Frames], Any], Callable[[list[Any], Any], Any]]] = {
     "ranks": (ranks.summarize, ranks.reduce),
     "links": (links.summarize, links.reduce),
+    "pipeline": (pipeline.summarize, pipeline.reduce),
 }
 
 

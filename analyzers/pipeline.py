@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from analyzers.bubbles import BubbleConfig, device_gaps, device_windows
 from analyzers.causality import pipeline as pl
-from analyzers.finding import Finding, Skipped, register
+from analyzers.finding import Finding, register
 from analyzers.frames import Frames
 from analyzers.severity import severity
 from msprof_py.trace.units import ms, pct
@@ -36,23 +38,45 @@ def analyze(frames: Frames, cfg: PipelineConfig):
     (analyzers.causality.pipeline.schedule_ns); never more than any stage's device idle in those
     steps (each stage's step shrinks by it). A
     pipeline already at M' micro-batches costs nothing (its bubble is the schedule's floor) and
-    is reported at info when its bubble is above 5% of the step. Severity by the one rule.
+    is reported at info when its bubble is above 5% of the step; a job without a pipeline has no
+    finding. Severity by the one rule. Cross-rank: each partition `summarize`s, `reduce` matches
+    the transfers across them (analyzers.partitioned).
     """
-    pipes = pl.find(frames)
-    if not pipes:
-        raise Skipped("no pipeline: no chain of point-to-point transfers between ranks")
+    return reduce([summarize(frames)], cfg)
+
+
+def summarize(frames: Frames) -> dict[str, Any]:
+    """What the pipeline analysis needs of some ranks (one partition or the whole trace): their
+    point-to-point parts, per step their kernel time, and per rank its device idle the causal
+    attribution gives to a collective (where, when, how long) and its device step time."""
     gaps = device_gaps(frames, BubbleConfig())
-    windows = device_windows(frames)
+    g = gaps[gaps["cause"] == "collective"]
+    idle = []
+    for rank, mine in g.groupby("rank"):
+        streams = mine["next_stream"].mode()
+        idle.append({"rank": int(rank), "device": int(mine["device"].iloc[0]),
+                     "stream": int(streams.iloc[0]) if len(streams) else None, "ts": int(mine["ts"].min()),
+                     "end": int(mine["end"].max()), "idle_ns": int(mine["idle_ns"].sum())})
+    step_ns: dict[int, int] = {}
+    for (rank, _), w in device_windows(frames).items():
+        step_ns[int(rank)] = step_ns.get(int(rank), 0) + int((w["end"] - w["start"]).sum())
+    return {"own": pl.own_transfers(frames), "work": pl.stage_work(frames), "idle": idle, "step_ns": step_ns}
+
+
+def reduce(summaries: list[dict[str, Any]], cfg: PipelineConfig):
+    """The PIPELINE_BUBBLE findings and metrics from the `summarize` outputs of all partitions."""
+    own = [s["own"] for s in summaries if len(s["own"])]
+    work = [s["work"] for s in summaries if len(s["work"])]
+    pipes = pl.build(pd.concat(own, ignore_index=True), pd.concat(work, ignore_index=True)) if own and work else []
+    by_rank = {r["rank"]: r for s in summaries for r in s["idle"]}
+    step_ns = {r: n for s in summaries for r, n in s["step_ns"].items()}
     findings, metrics = [], []
     for pipe in pipes:
         k = max(cfg.per_stage * len(pipe.stages), pipe.micro_batches)
         sav = pl.savings(pipe, k)
         stages = list(pipe.stages)
-        g = gaps[gaps["rank"].isin(stages) & (gaps["cause"] == "collective")]
-        idle = g.groupby("rank")["idle_ns"].sum().reindex(stages, fill_value=0)
-        step_ns = {r: int(sum(int((w["end"] - w["start"]).sum()) for (rr, _), w in windows.items() if rr == r))
-                   for r in stages}
-        share = {r: idle[r] / step_ns[r] if step_ns[r] else 0.0 for r in stages}
+        idle = pd.Series({r: by_rank[r]["idle_ns"] if r in by_rank else 0 for r in stages})
+        share = {r: idle[r] / step_ns[r] if step_ns.get(r) else 0.0 for r in stages}
         # Every stage's step shrinks by the saving only if each stage idled at least that long.
         st = pipe.steps
         phase = (st.groupby("step")["end"].transform("max") - st.groupby("step")["start"].transform("min"))
@@ -65,19 +89,13 @@ def analyze(frames: Frames, cfg: PipelineConfig):
         mean_share = float(np.mean([share[r] for r in stages]))
         if saving <= 0 and mean_share < 0.05:
             continue
-        sev = severity(saving / step_ns[worst] if step_ns[worst] else 0.0, "PIPELINE_BUBBLE")
+        sev = severity(saving / step_ns[worst] if step_ns.get(worst) else 0.0, "PIPELINE_BUBBLE")
         fix = (f"{k} micro-batches instead of {pipe.micro_batches} would save about {ms(saving)}"
                if saving > 0 else f"{pipe.micro_batches} micro-batches already meet {cfg.per_stage} per stage")
         steps = len(sav)
-        occ = []
-        for s_, r in enumerate(stages):  # each stage's bubble: where its device waited for a hand-over
-            mine = g[g["rank"] == r]
-            if mine.empty:
-                continue
-            streams = mine["next_stream"].mode()
-            occ.append({"rank": int(r), "stage": s_, "device": int(mine["device"].iloc[0]),
-                        "stream": int(streams.iloc[0]) if len(streams) else None, "ts_ns": int(mine["ts"].min()),
-                        "dur_ns": int(mine["end"].max() - mine["ts"].min()), "lost_ns": int(idle[r])})
+        occ = [{"rank": int(r), "stage": n, "device": by_rank[r]["device"], "stream": by_rank[r]["stream"],
+                "ts_ns": by_rank[r]["ts"], "dur_ns": by_rank[r]["end"] - by_rank[r]["ts"], "lost_ns": int(idle[r])}
+               for n, r in enumerate(stages) if r in by_rank]
         findings.append(Finding(
             code="PIPELINE_BUBBLE", severity=sev, title="Pipeline bubble: stages idle while the pipeline fills and drains",
             message=(f"pipeline of {len(stages)} stages (ranks {', '.join(map(str, stages))}), {pipe.micro_batches} "

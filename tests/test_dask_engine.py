@@ -30,6 +30,8 @@ CASES = {
     "slow-rank": ("bert-train-dp", ["slow-rank", "slow-link"], {"ranks": 4, "steps": 3, "layers": 2}),
     "per-rank": ("bert-train-dp", ["leak", "bandwidth-contention"], {"ranks": 4, "steps": 5, "layers": 1}),
     "12-ranks": ("llm-train-2server", ["slow-rank"], {"ranks": 12, "steps": 2, "layers": 1, "servers": 2}),
+    # A pipeline: its stages' hand-overs are matched across the partitions.
+    "pipeline": ("llm-pipeline", ["pipeline-bubble"], {"ranks": 4, "steps": 2}),
 }
 #: The findings each case must give (code, rank, device, stream, the other ranks), in the whole-trace
 #: run's order: a problem found on several ranks is one finding led by the rank it costs most.
@@ -54,6 +56,9 @@ EXPECTED = {
     "12-ranks": [("LOW_OVERLAP", 11, None, None, others(11, R12)), ("BUBBLE_COLLECTIVE", 7, 1, 1, others(7, R12)),
                  ("BUBBLE_COPY", 0, 0, 1, others(0, R12)), ("SLOW_RANK", 9, 3, None, others(9, R12)),
                  ("SYNC_STALL", 0, None, None, others(0, R12))],
+    "pipeline": [("BUBBLE_COLLECTIVE", 0, 0, 1, others(0)), ("BUBBLE_COPY", 0, 0, 1, []), ("BUBBLE_DATA", 0, 0, 1, []),
+                 ("BUBBLE_SYNC", 0, 0, 1, others(0)), ("LAUNCH_BOUND", 0, 0, 1, others(0)),
+                 ("PIPELINE_BUBBLE", 0, None, None, others(0)), ("SYNC_STALL", 0, None, None, others(0))],
 }
 
 
@@ -137,7 +142,7 @@ def test_a_partition_task_reads_one_rank(traces):
     whole = read_trace(traces["slow-rank"])
     assert 0 < trace.table.num_rows < whole.table.num_rows / 3
     partial = report.analyze_partition(parts[2], None, "all")
-    assert partial.ranks == [2] and set(partial.summaries) == {"ranks", "links"}
+    assert partial.ranks == [2] and set(partial.summaries) == {"ranks", "links", "pipeline"}
     # The slow-rank summary is the rank's collective arrival table, not its events.
     assert len(partial.summaries["ranks"]["parts"]) < trace.table.num_rows / 20
 
@@ -269,17 +274,20 @@ def test_without_a_preset_copies_are_judged_against_every_ranks_reference(tmp_pa
 def _whole_cluster(trace):
     """The cluster analyses of a trace loaded whole, computed without the partitioned driver."""
     from analyzers import Frames
+    from analyzers.causality import pipeline
     from analyzers.cluster import report as cluster_report
     from msprof_py import communication
     from msprof_py.summaries import Rows, cluster_step_table
 
     comm, matrix = communication.summaries(Rows(trace))
     steps = cluster_step_table(trace)
-    return {"steps": steps.to_dict("records"), **cluster_report(Frames(trace), matrix),
-            "communication_time": communication.op_time_split(comm)}
+    frames = Frames(trace)
+    return {"steps": steps.to_dict("records"), **cluster_report(frames, matrix),
+            "communication_time": communication.op_time_split(comm),
+            "pipeline": pipeline.view_cells(pipeline.view(pipeline.own_transfers(frames)))}
 
 
-@pytest.mark.parametrize("case", ["slow-rank", "12-ranks"])
+@pytest.mark.parametrize("case", ["slow-rank", "12-ranks", "pipeline"])
 def test_cluster_analyses_by_partition_on_both_engines_are_the_whole_trace_s(traces, cluster, case):
     from msprof_py import cluster as cluster_analyses
 
@@ -290,5 +298,6 @@ def test_cluster_analyses_by_partition_on_both_engines_are_the_whole_trace_s(tra
     assert plain(local) == whole
     assert plain(on_dask) == whole
     # The injected straggler is the slow rank either way.
-    assert [r["rank"] for r in local["slow_ranks"]][:1] == ([3] if case == "slow-rank" else [9])
+    assert [r["rank"] for r in local["slow_ranks"]][:1] == {"slow-rank": [3], "12-ranks": [9], "pipeline": []}[case]
+    assert (len(local["pipeline"]) == 24) == (case == "pipeline")
     assert len(local["steps"]) == CASES[case][2]["ranks"] * CASES[case][2]["steps"]

@@ -58,57 +58,71 @@ class Pipeline:
         return (p - 1) / (self.micro_batches + p - 1)
 
 
-def transfers(frames: Frames) -> pd.DataFrame:
-    """The point-to-point parts of the trace (collectives.parts rows of two ranks that send or
-    receive), with `sending` (bool), `peer` (the other rank) and `step`."""
-    p = parts(frames)
-    if p.empty:
-        return p.assign(sending=pd.Series(dtype=bool), peer=pd.Series(dtype=np.int64))
-    names = p["name"].astype(str)
-    send, recv = names.str.contains(SEND), names.str.contains(RECV)
-    p = p[(p["ranks"] == 2) & (send ^ recv)].copy()
-    p["sending"] = send[p.index].to_numpy()
-    ranks = p.groupby("group")["rank"].agg(["min", "max"])
-    lo, hi = ranks["min"].reindex(p["group"]).to_numpy(), ranks["max"].reindex(p["group"]).to_numpy()
-    p["peer"] = np.where(p["rank"].to_numpy() == lo, hi, lo).astype(np.int64)
+def transfers(own: pd.DataFrame) -> pd.DataFrame:
+    """Every rank's point-to-point parts (`own_transfers` of each partition, concatenated), matched
+    in pairs: a channel's call (group, seq) with one sending and one receiving rank. Adds `peer`
+    (the other rank) and `release` (the later arrival of the two)."""
+    if own.empty:
+        return own.assign(peer=pd.Series(dtype=np.int64), release=pd.Series(dtype=np.int64))
+    pairs = own.groupby(["group", "seq"])
+    ok = (pairs["rank"].transform("nunique") == 2) & (pairs["sending"].transform("sum") == 1)
+    t = own[ok].copy()
+    g = t.groupby(["group", "seq"])
+    t["release"] = g["arrive"].transform("max").astype(np.int64)
+    t["peer"] = (g["rank"].transform("sum") - t["rank"]).astype(np.int64)
+    return t.reset_index(drop=True)
+
+
+def stage_work(frames: Frames) -> pd.DataFrame:
+    """Per rank and step: its kernels' busy time (`work_ns`) and its device ops' first start and
+    last end: what the schedule model reads of each stage."""
     ops = frames.device_ops
-    key = ops[["rank", "corr", "step"]].dropna(subset=["corr"]).drop_duplicates(["rank", "corr"])
-    p = p.merge(key, on=["rank", "corr"], how="left")
-    p["step"] = p["step"].fillna(-1).astype(np.int64)
-    return p[p["group"].map(p.groupby("group")["rank"].nunique()) == 2].reset_index(drop=True)
+    ops = ops[ops["step"].notna()]
+    rows = []
+    for (step, rank), g in ops.groupby([ops["step"].astype(np.int64), ops["rank"].astype(np.int64)]):
+        k = g[g["kind"].astype(str) == "kernel"]
+        lo, hi = merge_intervals(k["ts"].to_numpy(np.int64), k["end"].to_numpy(np.int64))
+        rows.append({"step": int(step), "rank": int(rank), "work_ns": int((hi - lo).sum()),
+                     "start": int(g["ts"].min()), "end": int(g["end"].max())})
+    return pd.DataFrame(rows, columns=["step", "rank", "work_ns", "start", "end"])
 
 
 def find(frames: Frames) -> list[Pipeline]:
     """The trace's pipelines (see the module docstring); cached per frames."""
     key = ("causality.pipelines",)
-    if key in frames._cache:
-        return frames._cache[key]
+    if key not in frames._cache:
+        frames._cache[key] = build(own_transfers(frames), stage_work(frames))
+    return frames._cache[key]
+
+
+def build(own: pd.DataFrame, work: pd.DataFrame) -> list[Pipeline]:
+    """The pipelines of every rank's `own_transfers` and `stage_work` (a whole trace's, or every
+    partition's concatenated)."""
     out: list[Pipeline] = []
-    t = transfers(frames)
-    if not t.empty:
-        pairs = t[["rank", "peer"]].drop_duplicates()
-        adj: dict[int, set[int]] = {}
-        for r, q in pairs.itertuples(index=False):
-            adj.setdefault(int(r), set()).add(int(q))
-        seen: set[int] = set()
-        for r0 in sorted(adj):
-            if r0 in seen:
-                continue
-            comp, todo = set(), [r0]
-            while todo:
-                r = todo.pop()
-                if r not in comp:
-                    comp.add(r)
-                    todo += adj[r] - comp
-            seen |= comp
-            pipe = _pipeline(frames, t[t["rank"].isin(comp)], adj, comp)
-            if pipe is not None:
-                out.append(pipe)
-    frames._cache[key] = out
+    t = transfers(own)
+    if t.empty:
+        return out
+    adj: dict[int, set[int]] = {}
+    for r, q in t[["rank", "peer"]].drop_duplicates().itertuples(index=False):
+        adj.setdefault(int(r), set()).add(int(q))
+    seen: set[int] = set()
+    for r0 in sorted(adj):
+        if r0 in seen:
+            continue
+        comp, todo = set(), [r0]
+        while todo:
+            r = todo.pop()
+            if r not in comp:
+                comp.add(r)
+                todo += adj[r] - comp
+        seen |= comp
+        pipe = _pipeline(t[t["rank"].isin(comp)], work[work["rank"].isin(comp)], adj, comp)
+        if pipe is not None:
+            out.append(pipe)
     return out
 
 
-def _pipeline(frames: Frames, t: pd.DataFrame, adj: dict[int, set[int]], comp: set[int]) -> Pipeline | None:
+def _pipeline(t: pd.DataFrame, work: pd.DataFrame, adj: dict[int, set[int]], comp: set[int]) -> Pipeline | None:
     ends = [r for r in comp if len(adj[r]) == 1]
     if len(comp) < 2 or len(ends) != 2 or any(len(adj[r]) > 2 for r in comp):
         return None  # not a chain (a ring or a tree of transfers is no pipeline)
@@ -145,16 +159,10 @@ def _pipeline(frames: Frames, t: pd.DataFrame, adj: dict[int, set[int]], comp: s
     recv["forward"] = recv["peer"].map(stage) < recv["rank"].map(stage)
     fwd = recv[recv["forward"]].groupby(["step", "rank"])["transfer"].median()
     bwd = recv[~recv["forward"]].groupby(["step", "rank"])["transfer"].median()
-    ops = frames.device_ops
-    ops = ops[ops["rank"].isin(comp) & (ops["step"].notna())]
-    rows = []
-    for (step, rank), g in ops.groupby([ops["step"].astype(np.int64), ops["rank"].astype(np.int64)]):
-        k = g[g["kind"].astype(str) == "kernel"]
-        lo, hi = merge_intervals(k["ts"].to_numpy(np.int64), k["end"].to_numpy(np.int64))
-        rows.append({"step": int(step), "stage": stage[int(rank)], "rank": int(rank), "work_ns": int((hi - lo).sum()),
-                     "fwd_ns": int(fwd.get((step, rank), 0)), "bwd_ns": int(bwd.get((step, rank), 0)),
-                     "start": int(g["ts"].min()), "end": int(g["end"].max())})
-    steps = pd.DataFrame(rows)
+    steps = work.assign(stage=work["rank"].map(stage).astype(np.int64))
+    steps["fwd_ns"] = [int(fwd.get((st, r), 0)) for st, r in zip(steps["step"], steps["rank"])]
+    steps["bwd_ns"] = [int(bwd.get((st, r), 0)) for st, r in zip(steps["step"], steps["rank"])]
+    steps = steps[["step", "stage", "rank", "work_ns", "fwd_ns", "bwd_ns", "start", "end"]]
     if steps.empty:
         return None
     full = steps.groupby("step")["stage"].nunique() == len(order)  # a step every stage ran
@@ -241,7 +249,7 @@ def default_micro_batches(pipe: Pipeline) -> int:
 VIEW_COLUMNS = ["stage", "rank", "step", "micro_batch", "direction", "peer", "arrive", "end", "waited_ns",
                 "transfer_ns"]
 #: What a rank partition gives the view (`own_transfers`), before its peers' parts are known.
-OWN_COLUMNS = ["rank", "group", "seq", "name", "sending", "arrive", "end", "step"]
+OWN_COLUMNS = ["rank", "group", "seq", "name", "sending", "arrive", "ts", "end", "step"]
 
 
 def own_transfers(frames: Frames) -> pd.DataFrame:
