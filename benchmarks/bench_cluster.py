@@ -47,14 +47,17 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
 from analyzers import Frames
+from analyzers.causality import pipeline
 from analyzers.cluster import report
 from msprof_py import communication, loading
 from msprof_py.summaries import Rows, cluster_step_table
 trace = loading.load_any({trace!r})
 comm, matrix = communication.summaries(Rows(trace))
 steps = cluster_step_table(trace)
-res = {{"steps": steps.to_dict("records"), **report(Frames(trace), matrix),
-       "communication_time": communication.op_time_split(comm)}}
+frames = Frames(trace)
+res = {{"steps": steps.to_dict("records"), **report(frames, matrix),
+       "communication_time": communication.op_time_split(comm),
+       "pipeline": pipeline.view_cells(pipeline.view(pipeline.own_transfers(frames)))}}
 t = time.perf_counter() - t0
 json.dump({{"s": t, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "result": res}},
           open({out!r}, "w"), default=str)

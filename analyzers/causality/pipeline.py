@@ -98,14 +98,18 @@ def find(frames: Frames) -> list[Pipeline]:
 def build(own: pd.DataFrame, work: pd.DataFrame) -> list[Pipeline]:
     """The pipelines of every rank's `own_transfers` and `stage_work` (a whole trace's, or every
     partition's concatenated)."""
-    out: list[Pipeline] = []
     t = transfers(own)
-    if t.empty:
-        return out
+    out = [_pipeline(t[t["rank"].isin(order)], work[work["rank"].isin(order)], order) for order in chains(t)]
+    return [p for p in out if p is not None]
+
+
+def chains(t: pd.DataFrame) -> list[list[int]]:
+    """The stage orders of `transfers`' ranks: each set of ranks the transfers join that forms a
+    path, from the end that sends before it receives (stage 0) to the other."""
     adj: dict[int, set[int]] = {}
     for r, q in t[["rank", "peer"]].drop_duplicates().itertuples(index=False):
         adj.setdefault(int(r), set()).add(int(q))
-    seen: set[int] = set()
+    out, seen = [], set()
     for r0 in sorted(adj):
         if r0 in seen:
             continue
@@ -116,25 +120,22 @@ def build(own: pd.DataFrame, work: pd.DataFrame) -> list[Pipeline]:
                 comp.add(r)
                 todo += adj[r] - comp
         seen |= comp
-        pipe = _pipeline(t[t["rank"].isin(comp)], work[work["rank"].isin(comp)], adj, comp)
-        if pipe is not None:
-            out.append(pipe)
+        ends = [r for r in comp if len(adj[r]) == 1]
+        if len(comp) < 2 or len(ends) != 2 or any(len(adj[r]) > 2 for r in comp):
+            continue  # not a chain (a ring or a tree of transfers is no pipeline)
+        head = [r for r in ends if bool(t[t["rank"] == r].sort_values("ts")["sending"].iloc[0])]
+        if len(head) != 1:
+            continue
+        order, prev = [head[0]], None
+        while len(order) < len(comp):
+            nxt = [q for q in adj[order[-1]] if q != prev]
+            prev = order[-1]
+            order.append(nxt[0])
+        out.append(order)
     return out
 
 
-def _pipeline(t: pd.DataFrame, work: pd.DataFrame, adj: dict[int, set[int]], comp: set[int]) -> Pipeline | None:
-    ends = [r for r in comp if len(adj[r]) == 1]
-    if len(comp) < 2 or len(ends) != 2 or any(len(adj[r]) > 2 for r in comp):
-        return None  # not a chain (a ring or a tree of transfers is no pipeline)
-    first = {r: t[t["rank"] == r].sort_values("ts").iloc[0] for r in ends}
-    head = [r for r in ends if bool(first[r]["sending"])]
-    if len(head) != 1:
-        return None
-    order, prev = [head[0]], None
-    while len(order) < len(comp):
-        nxt = [q for q in adj[order[-1]] if q != prev]
-        prev = order[-1]
-        order.append(nxt[0])
+def _pipeline(t: pd.DataFrame, work: pd.DataFrame, order: list[int]) -> Pipeline | None:
     stage = {r: s for s, r in enumerate(order)}
     t = t[t["step"] >= 0]
     if t.empty:
@@ -275,44 +276,17 @@ def view(own: pd.DataFrame) -> pd.DataFrame:
     micro-batch) and the transfer after both arrived. `micro_batch` counts a stage's receives of
     one direction in a step. Built from every rank's `own_transfers` (concatenated); empty when
     the transfers form no chain."""
-    if own.empty:
-        return pd.DataFrame(columns=VIEW_COLUMNS)
-    pairs = own.groupby(["group", "seq"])
-    ok = (pairs["rank"].transform("nunique") == 2) & (pairs["sending"].transform("sum") == 1)
-    own = own[ok]
-    send, recv = own[own["sending"]], own[~own["sending"]]
-    m = recv.merge(send[["group", "seq", "rank", "arrive"]], on=["group", "seq"], suffixes=("", "_sender"))
-    if m.empty:
-        return pd.DataFrame(columns=VIEW_COLUMNS)
-    adj: dict[int, set[int]] = {}
-    for a, b in m[["rank", "rank_sender"]].drop_duplicates().itertuples(index=False):
-        adj.setdefault(int(a), set()).add(int(b))
-        adj.setdefault(int(b), set()).add(int(a))
-    stage: dict[int, int] = {}
-    for head in sorted(r for r, q in adj.items() if len(q) == 1):
-        if head in stage:
-            continue
-        first = own[own["rank"] == head].sort_values("arrive")
-        if first.empty or not bool(first["sending"].iloc[0]):
-            continue  # the chain's other end: the walk starts where the forward starts
-        prev: int | None = None
-        cur: int | None = head
-        s = 0
-        while cur is not None and cur not in stage:
-            stage[cur] = s
-            nxt = [q for q in adj[cur] if q != prev]
-            prev, cur, s = cur, (nxt[0] if len(nxt) == 1 else None), s + 1
-    m = m[m["rank"].isin(stage) & m["rank_sender"].isin(stage)].copy()
+    t = transfers(own)
+    stage = {r: n for order in chains(t) for n, r in enumerate(order)}
+    m = t[~t["sending"] & t["rank"].isin(stage) & t["peer"].isin(stage)].copy()
     if m.empty:
         return pd.DataFrame(columns=VIEW_COLUMNS)
     m["stage"] = m["rank"].map(stage).astype(np.int64)
-    m["direction"] = np.where(m["rank_sender"].map(stage) < m["stage"], "forward", "backward")
-    release = np.maximum(m["arrive"], m["arrive_sender"])
-    m["waited_ns"] = (release - m["arrive"]).astype(np.int64)
-    m["transfer_ns"] = np.maximum(0, m["end"] - release).astype(np.int64)
+    m["direction"] = np.where(m["peer"].map(stage) < m["stage"], "forward", "backward")
+    m["waited_ns"] = (m["release"] - m["arrive"]).astype(np.int64)
+    m["transfer_ns"] = np.maximum(0, m["end"] - m["release"]).astype(np.int64)
     m = m.sort_values(["stage", "step", "direction", "arrive"], kind="stable")
     m["micro_batch"] = m.groupby(["stage", "step", "direction"]).cumcount().astype(np.int64)
-    m = m.rename(columns={"rank_sender": "peer"})
     return m[VIEW_COLUMNS].sort_values(["step", "stage", "direction", "micro_batch"], ascending=[True, True, False,
                                                                                                   True]).reset_index(drop=True)
 
