@@ -388,7 +388,11 @@ def tables(parts: list[dict[str, Any]], topology: dict) -> tuple[pd.DataFrame, p
     sent["order"] = sent["transport"].map({t: i for i, t in enumerate(TRANSPORTS)})
     sent = sent.sort_values(["row", "dst", "order"], kind="stable").reset_index(drop=True)
     sent["rank"] = rank_all[sent["row"].to_numpy(np.int64)]
-    sent["op"] = coll["op"].to_numpy()[sent["row"].to_numpy(np.int64)]
+    # Op names and transports as categories (codes, not a string per link: a 64-rank job has
+    # millions of links), the categories sorted so that they sort as the strings do.
+    codes, names = pd.factorize(coll["op"], sort=True)
+    sent["op"] = pd.Categorical.from_codes(codes[sent["row"].to_numpy(np.int64)], categories=names)
+    sent["transport"] = pd.Categorical(sent["transport"], categories=sorted(set(sent["transport"])))
     coll["linked"] = np.bincount(sent["row"], minlength=len(coll)) > 0
     _split(coll, sent, links)
     coll["kind"] = np.where(coll["name"].astype(str).str.startswith(("hcom_send", "hcom_receive")), "p2p",
@@ -427,16 +431,17 @@ def _split(coll: pd.DataFrame, sent: pd.DataFrame, links: dict[tuple, Series]) -
     transit = end - ts - inner_ns  # no link counters: the op outside its waits
     if len(sent):
         rank = coll["rank"].to_numpy(np.int64)
-        peer_named = [(s, d, t) in links for s, d, t in zip(sent["src"], sent["dst"], sent["transport"])]
-        port = np.where(sent["transport"] == "RDMA", "roce_tx", "pcie_d2h")
-        keys = [(int(s), int(d), str(t)) if named else (str(p), int(r))
-                for s, d, t, named, p, r in zip(sent["src"], sent["dst"], sent["transport"], peer_named, port,
-                                                sent["rank"])]
-        per_op: dict[int, frozenset] = {}
-        for row, key in zip(sent["row"].to_numpy(np.int64), keys):
-            per_op[row] = per_op.get(row, frozenset()) | {key}
+        # Each link's series: one key per distinct (sender, peer, transport), not one per link.
+        kinds = sent[["src", "dst", "transport", "rank"]].astype({"transport": str})
+        kid, distinct = pd.factorize(pd.MultiIndex.from_frame(kinds))
+        keys = [(int(s), int(d), t) if (s, d, t) in links else ("roce_tx" if t == "RDMA" else "pcie_d2h", int(r))
+                for s, d, t, r in distinct]
+        row_of = sent["row"].to_numpy(np.int64)  # sorted: an op's links are together
+        cut = np.flatnonzero(np.diff(row_of)) + 1
         by_set: dict[tuple[int, frozenset], list[int]] = {}
-        for row, ks in per_op.items():
+        for a, b in zip(np.concatenate(([0], cut)), np.concatenate((cut, [len(row_of)]))):
+            row = int(row_of[a])
+            ks = frozenset(keys[k] for k in set(kid[a:b].tolist()))
             by_set.setdefault((int(rank[row]), ks), []).append(row)
         w_order = np.argsort(wr, kind="stable")
         w_first = np.searchsorted(wr[w_order], np.arange(n + 1))
@@ -480,9 +485,13 @@ def link_table(sent: pd.DataFrame) -> pd.DataFrame:
     src, dst, transport, size_mb, transit_ms, bandwidth_gbps), without the dicts."""
     size_mb = sent["bytes"].to_numpy(np.int64) / MiB
     transit_ms = sent["busy"].to_numpy(np.int64) / 1e6
-    return pd.DataFrame({"op": sent["op"].astype(str).to_numpy(), "name": sent["op"].astype(str).str.split("__").str[0],
+    op = pd.Categorical(sent["op"])
+    # The op kind of each category (names repeat: a category per distinct kind, in sorted order).
+    kind_codes, kinds = pd.factorize(pd.Index(op.categories.astype(str)).str.split("__").str[0], sort=True)
+    name = pd.Categorical.from_codes(kind_codes[op.codes], categories=kinds)
+    return pd.DataFrame({"op": op, "name": name,
                          "src": sent["src"].to_numpy(np.int64), "dst": sent["dst"].to_numpy(np.int64),
-                         "transport": sent["transport"].astype(str).to_numpy(), "size_mb": size_mb,
+                         "transport": pd.Categorical(sent["transport"]), "size_mb": size_mb,
                          "transit_ms": transit_ms,
                          "bandwidth_gbps": np.where(transit_ms > 0, np.round(size_mb / np.where(transit_ms > 0, transit_ms,
                                                                                                 1.0), 4), 0.0)})
