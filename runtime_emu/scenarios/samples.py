@@ -50,6 +50,8 @@ SAMPLES: tuple[Sample, ...] = (
            note="H2D prefetch copies share PCIe with the AllReduce"),
     Sample("llm-train-2server-slow-link", "llm-train-2server", ("slow-link",), steps=2,
            note="16 ranks on 2 servers, rank 8's RoCE NIC at 25%"),
+    Sample("llm-pipeline-bubble", "llm-pipeline", ("pipeline-bubble",),
+           note="4 pipeline stages, 4 micro-batches (GPipe): the stages idle 43% of each step filling and draining"),
 )
 
 
