@@ -78,13 +78,24 @@ def stage_work(frames: Frames) -> pd.DataFrame:
     last end: what the schedule model reads of each stage."""
     ops = frames.device_ops
     ops = ops[ops["step"].notna()]
-    rows = []
-    for (step, rank), g in ops.groupby([ops["step"].astype(np.int64), ops["rank"].astype(np.int64)]):
-        k = g[g["kind"].astype(str) == "kernel"]
-        lo, hi = merge_intervals(k["ts"].to_numpy(np.int64), k["end"].to_numpy(np.int64))
-        rows.append({"step": int(step), "rank": int(rank), "work_ns": int((hi - lo).sum()),
-                     "start": int(g["ts"].min()), "end": int(g["end"].max())})
-    return pd.DataFrame(rows, columns=["step", "rank", "work_ns", "start", "end"])
+    cols = ["step", "rank", "work_ns", "start", "end"]
+    if ops.empty:
+        return pd.DataFrame(columns=cols)
+    key = [ops["step"].astype(np.int64), ops["rank"].astype(np.int64)]
+    out = ops.groupby(key).agg(start=("ts", "min"), end=("end", "max"))
+    # Kernel busy time per (step, rank): each kernel adds what it runs past the latest end before
+    # it in its group (a union of intervals, in one sorted pass).
+    k = ops[ops["kind"].astype(str) == "kernel"]
+    k = pd.DataFrame({"step": k["step"].to_numpy(np.int64), "rank": k["rank"].to_numpy(np.int64),
+                      "ts": k["ts"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64)})
+    k = k.sort_values(["step", "rank", "ts"], kind="stable")
+    g = k.groupby(["step", "rank"], sort=False)["end"]
+    before = g.cummax().groupby([k["step"], k["rank"]], sort=False).shift(1)
+    k["add"] = (k["end"] - np.maximum(k["ts"], before.fillna(np.iinfo(np.int64).min))).clip(lower=0)
+    out["work_ns"] = k.groupby(["step", "rank"])["add"].sum().reindex(out.index, fill_value=0).astype(np.int64)
+    out = out.reset_index()
+    out.columns = ["step", "rank", *out.columns[2:]]
+    return out[cols].astype(np.int64).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
 def find(frames: Frames) -> list[Pipeline]:
