@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.causality.collectives import parts
-from analyzers.frames import Frames, merge_intervals
+from analyzers.frames import Frames
 
 #: A point-to-point transfer's name: it sends or receives (never both: NCCL's SendRecv is a collective).
 SEND = re.compile(r"send", re.I)
