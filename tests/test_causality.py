@@ -87,6 +87,17 @@ def check_findings(trace) -> None:
     check_costs(Frames(trace), result.findings)
 
 
+def _own_loss(f, rank, device) -> int:
+    """What finding `f` costs on (rank, device): a finding grouped across ranks costs the job the
+    per-step largest loss of any rank (analyzers.grouping.job_loss), which may be another rank's
+    than its lead's, so each rank's own occurrences are what its device's idle must cover."""
+    if f.ranks and f.occurrences:
+        mine = [o for o in f.occurrences if o.get("rank") == rank and o.get("device", f.device) == device]
+        if all(o.get("lost_ns") is not None for o in mine):
+            return sum(int(o["lost_ns"]) for o in mine)
+    return int(f.lost_ns) if (f.rank, f.device) == (rank, device) else 0
+
+
 def check_costs(frames: Frames, findings) -> None:
     """No nanosecond is counted twice (analyzers.severity.COST_OF): per device the idle codes add
     up to at most its attributed idle; blocked launches to at most the launch calls' time; busy
@@ -104,7 +115,7 @@ def check_costs(frames: Frames, findings) -> None:
         assert f.lost_ns >= 0, f.message
     budget = {"idle": int(table["idle_ns"].sum()), "blocked": 0, "busy": 0}
     for (rank, device), g in table.groupby(["rank", "device"]):
-        lost = sum(f.lost_ns for f in timed if COST_OF[f.code] == "idle" and (f.rank, f.device) == (rank, device))
+        lost = sum(_own_loss(f, rank, device) for f in timed if COST_OF[f.code] == "idle")
         assert lost <= int(g["idle_ns"].sum()), (rank, device)
         mine = [f for f in timed if f.code == "BANDWIDTH_CONTENTION" and (f.rank, f.device) == (rank, device)]
         held = int(g.loc[g["cause"].isin(COST_OF["BANDWIDTH_CONTENTION"]), "idle_ns"].sum())

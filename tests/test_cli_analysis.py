@@ -87,7 +87,7 @@ def test_fail_on_sets_the_exit_code_for_ci(traces, tmp_path):
     (["--fail-on", "sometimes"], "unknown --fail-on severity 'sometimes'; choose one of warning, critical"),
     (["--window", "most"], "unknown analysis window 'most'; choose one of all, complete_steps"),
     (["--top", "3"], "No such option: --top (Possible options: --output) (see msprof-py report --help)"),
-    (["-a", "nope"], "unknown analyzer 'nope'; choose from bandwidth, bubbles, cores, launch, links, memory, queue, ranks, sync"),
+    (["-a", "nope"], "unknown analyzer 'nope'; choose from bandwidth, bubbles, cores, launch, links, memory, pipeline, queue, ranks, sync"),
 ])
 def test_bad_report_options_exit_2_and_write_nothing(traces, tmp_path, args, message):
     out = tmp_path / "nothing.html"

@@ -61,7 +61,7 @@ def test_bad_values_are_one_line_errors_before_any_work(args, message):
 def test_unknown_analyzer_is_one_line(tmp_path):
     trace = str(SAMPLES / "resnet50-infer")
     assert one_line_error(["analyze", trace, "-a", "nope"]) == (
-        "unknown analyzer 'nope'; choose from bandwidth, bubbles, cores, launch, links, memory, queue, ranks, sync")
+        "unknown analyzer 'nope'; choose from bandwidth, bubbles, cores, launch, links, memory, pipeline, queue, ranks, sync")
     assert one_line_error(["analyze", trace, "-a", "bubbles", "-a", "x", "-a", "y"]).startswith(
         "unknown analyzer 'x', 'y'; choose from ")
     out = tmp_path / "r.md"

@@ -46,7 +46,7 @@ def test_pure_python_emulator_writes_byte_identical_sample_traces(tmp_path):
     assert out.strip().splitlines()[-1] == "False"
     committed = sorted(p.relative_to(SAMPLES_DIR) for p in SAMPLES_DIR.rglob("*") if p.is_file())
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    assert fresh == committed and len(committed) == 64
+    assert fresh == committed and len(committed) == 69
     for rel in committed:
         assert (tmp_path / rel).read_bytes() == (SAMPLES_DIR / rel).read_bytes(), rel
 
