@@ -1,24 +1,26 @@
 """Pipeline parallelism as the trace records it: stages, micro-batches, and what more of them save.
 
 A pipeline is a chain of ranks that hand each micro-batch on with point-to-point transfers:
-typed collectives of two ranks (`collectives.parts` with `ranks == 2`) whose names say send or
-receive (HCCL's hcom_send / hcom_receive, NCCL's Send / Recv kernels; a SendRecv names no
-direction and is not one). Each transfer channel (a communicator id of its own) joins a sender
-and a receiver; the ranks the channels join form a path, and the stage that sends before it
-receives is stage 0. The micro-batches per step (M) are the first stage's sends to the second
-(their median over steps), and the schedule is GPipe when the last
-stage received every forward before it sent its first backward, else one-forward-one-backward
-(1F1B).
+typed collectives whose names say send or receive (HCCL's hcom_send / hcom_receive, NCCL's
+Send / Recv kernels; a SendRecv names no direction and is not one), matched in pairs by their
+channel and call number (`transfers`: one sending and one receiving rank). The ranks the
+channels join form a path, and the end that sends before it receives is stage 0 (`chains`). The
+micro-batches per step (M) are the first stage's sends to the second (their median over steps),
+and the schedule is GPipe when the last stage received every forward before it sent its first
+backward, else one-forward-one-backward (1F1B). Each rank partition gives its own parts
+(`own_transfers`) and kernel time per step (`stage_work`), so a partitioned run builds the same
+pipelines on the driver (`build`).
 
 `schedule_ns` is the pipeline's model: every stage computes each micro-batch's forward in
 W / (3 M) and its backward in 2 W / (3 M), where W is the stage's kernel time in the step (a
 backward costs twice its forward); a receive starts when the sender's compute ended, the
 sender's previous send in that direction left and the receiver's stream reached it (as HcclRecv
-on the compute stream and HcclSend on a send stream per direction do), and lasts the step's median transfer into that stage
-in that direction, scaled by the micro-batch's size. With K micro-batches each unit shrinks by
-M / K; the fill and drain ((P - 1) units at each end) shrink with them, which is the saving.
-The model's own span for M is the baseline, so its errors (the update and the data loading
-spread over the micro-batches, launches that more micro-batches add) largely cancel.
+on the compute stream and HcclSend on a send stream per direction do), and lasts the step's
+median transfer into that stage in that direction, scaled by the micro-batch's size. With K
+micro-batches each unit shrinks by M / K; the fill and drain ((P - 1) units at each end) shrink
+with them, which is the saving. The model's own span for M is the baseline, so its errors (the
+update and the data loading spread over the micro-batches, launches that more micro-batches
+add) largely cancel.
 """
 
 from __future__ import annotations
