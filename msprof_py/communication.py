@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pandas as pd
 
+from analyzers.causality.pipeline import RECV, SEND
 from analyzers.comm_links import Series, link_series, one_series
 
 if TYPE_CHECKING:
@@ -76,7 +77,8 @@ def summarize(rows: "Rows | LinkRows") -> dict[str, Any]:
             ["rank", "device", "stream", "ts", "name"])
         coll["wait"] = (coll["ts"] - coll["wait_ts"].fillna(coll["ts"])).astype(np.int64)
         coll["inner_waits"] = pd.Series(_inner_waits(coll, hccl_waits), index=coll.index, dtype=object)
-        coll = coll[["rank", "device", "stream", "name", "ts", "end", "dur", "bytes", "step", "wait", "inner_waits"]]
+        coll = coll[["rank", "device", "stream", "name", "ts", "end", "dur", "bytes", "step", "wait", "inner_waits",
+                     "addr", "value"]]
     return {"collectives": coll, "links": _link_series(rows)}
 
 
@@ -284,6 +286,15 @@ def _ops(parts: list[dict[str, Any]]) -> pd.DataFrame | None:
         return None
     coll = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0].copy()
     members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
+    # A send and its receive are one op but differ in name: they pair by the channel and call
+    # number the trace records for them (a collective row's addr and value).
+    names = coll["name"].astype(str)
+    p2p = (names.str.contains(SEND) ^ names.str.contains(RECV)).to_numpy().copy()
+    if "addr" in coll and "value" in coll:
+        p2p &= (coll["addr"].notna() & coll["value"].notna()).to_numpy()
+        if p2p.any():
+            pairs = coll[p2p].groupby(["addr", "value"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
+            members = members.where(~p2p, pairs.reindex(coll.index))
     coll["group"] = members
     coll = coll.sort_values(["rank", "ts"], kind="stable")
     coll["opening"] = _opening_waits(coll)

@@ -171,3 +171,26 @@ def test_cluster_prints_the_pipeline_view_partition_by_partition_as_from_the_who
     assert res.returncode == 0, res.stderr
     assert "pipeline: each stage's wait for its neighbour's hand-over" in res.stdout
     assert "forward (r2)" in res.stdout and "backward (r1)" in res.stdout
+
+
+def test_a_send_and_its_receive_are_one_op_in_communication_json_and_the_matrix(runs):
+    from msprof_py import communication
+    from msprof_py.summaries import Rows
+
+    rows = Rows(runs["bad"].trace)
+    comm, matrix = communication.summaries(rows)
+    # Named by their pair, as a collective by its members: the matrix has both directions of
+    # every neighbour pair, 4 micro-batches x 2 steps, each 4 sequences x 2048 tokens x 2048
+    # bf16 values (32 MiB, as the link counters integrate it to within bytes).
+    links: dict[str, list[float]] = {}
+    for steps in matrix.values():
+        for kinds in steps.values():
+            assert not kinds["collective"]
+            for op, pairs in kinds["p2p"].items():
+                assert op.split("@")[1] in ("0-1", "1-2", "2-3")
+                for pair, link in pairs.items():
+                    links.setdefault(pair, []).append(link["Transit Size(MB)"])
+    assert sorted(links) == ["0-1", "1-0", "1-2", "2-1", "2-3", "3-2"]
+    assert all(v == [pytest.approx(32.0, abs=1e-4)] * 8 for v in links.values())
+    assert set(comm["0"]["step0"]["p2p"]) == {f"hcom_send__{k}@0-1" for k in range(4)} | {
+        f"hcom_receive__{k}@0-1" for k in range(4)}
