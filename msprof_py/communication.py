@@ -34,7 +34,8 @@ def summaries(rows: "Rows") -> tuple[dict, dict]:
     "p2p": {op: ...}}}}, the per-rank layout torch_npu writes, one rank per top-level key.
 
     An op is one collective call as its members saw it (same name, start and end on every
-    member); its name is `<name>__<k>@<members>`. Time info is msprof-analyze's split
+    member; a send and its receive, named differently, pair by their recorded channel and call
+    number); its name is `<name>__<k>@<members>`. Time info is msprof-analyze's split
     (`_split`): elapse = the Notify_Wait before the op (waiting for the last member) + the op;
     wait = that wait and the wait tasks inside the op; synchronization = the opening wait;
     transit = the time in the op when some link it sent on was busy (the union over its links,
