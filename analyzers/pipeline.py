@@ -72,7 +72,7 @@ def reduce(summaries: list[dict[str, Any]], cfg: PipelineConfig):
     step_ns = {r: n for s in summaries for r, n in s["step_ns"].items()}
     findings, metrics = [], []
     for pipe in pipes:
-        k = max(cfg.per_stage * len(pipe.stages), pipe.micro_batches)
+        k = pl.default_micro_batches(pipe, cfg.per_stage)
         sav = pl.savings(pipe, k)
         stages = list(pipe.stages)
         idle = pd.Series({r: by_rank[r]["idle_ns"] if r in by_rank else 0 for r in stages})

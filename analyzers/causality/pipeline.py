@@ -254,9 +254,9 @@ def savings(pipe: Pipeline, k: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "start", "end", "model_ns", "new_model_ns", "saving_ns"])
 
 
-def default_micro_batches(pipe: Pipeline) -> int:
-    """More micro-batches' default target: PER_STAGE per stage, at least the recorded count."""
-    return max(PER_STAGE * len(pipe.stages), pipe.micro_batches)
+def default_micro_batches(pipe: Pipeline, per_stage: int = PER_STAGE) -> int:
+    """More micro-batches' default target: `per_stage` per stage, at least the recorded count."""
+    return max(per_stage * len(pipe.stages), pipe.micro_batches)
 
 
 # ---------------------------------------------------------------- the stage x micro-batch view
