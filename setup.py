@@ -1,8 +1,8 @@
 """Build: everything is in pyproject.toml except the optional compiled parts: the emulator core
 and the JSON event scanner.
 
-The emulator's hot modules (event loop, streams and core pools, host threads, links,
-recorder) are plain, type-checked Python that mypyc compiles to C extension modules when the
+The emulator's hot modules (the simulation core in ``simcore``: event loop, links, core
+pools; streams, host threads, recorder in ``runtime_emu``) are plain, type-checked Python that mypyc compiles to C extension modules when the
 package is installed -- about twice the simulation speed, same source, same traces. The pure
 Python modules stay importable beside them, so:
 
@@ -10,9 +10,9 @@ Python modules stay importable beside them, so:
 * ``MSPROF_PY_COMPILE=1`` makes a failed compile an install error;
 * unset, a compile that fails (no compiler, no Python headers) warns and installs pure Python.
 
-The build records a hash of each compiled source in ``runtime_emu/_compiled.json``; at import,
-``runtime_emu`` uses the compiled modules only while every source still matches (an edited
-checkout runs the edited Python, with a warning to rebuild).
+The build records a hash of each compiled source in ``simcore/_compiled.json``; at import,
+``simcore`` (which ``runtime_emu`` imports first) uses the compiled modules only while every
+source still matches (an edited checkout runs the edited Python, with a warning to rebuild).
 
 ``msprof_py/trace/_scan.c`` is a plain C extension (no dependency but Python's headers): the
 JSON importer's native scanner of the event array. The same switch governs it; when it cannot be
@@ -39,19 +39,19 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _compiled_list() -> tuple[str, ...]:
-    """The modules to compile, in dependency order: runtime_emu/_loader.py's COMPILED, read as a
-    literal (importing the package would need its dependencies before they are installed)."""
-    tree = ast.parse((ROOT / "runtime_emu" / "_loader.py").read_text(encoding="utf-8"))
+    """The modules to compile, in dependency order: simcore/_loader.py's COMPILED (dotted names), read
+    as a literal (importing the package would need its dependencies before they are installed)."""
+    tree = ast.parse((ROOT / "simcore" / "_loader.py").read_text(encoding="utf-8"))
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else \
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
         if isinstance(target, ast.Name) and target.id == "COMPILED" and node.value is not None:
             return tuple(ast.literal_eval(node.value))
-    sys.exit("runtime_emu/_loader.py defines no COMPILED list")
+    sys.exit("simcore/_loader.py defines no COMPILED list")
 
 
 COMPILED = _compiled_list()
-SOURCES = [f"runtime_emu/{m}.py" for m in COMPILED]
+SOURCES = [m.replace(".", "/") + ".py" for m in COMPILED]
 MODE = os.environ.get("MSPROF_PY_COMPILE", "auto").strip().lower()
 if MODE not in ("0", "1", "auto"):
     sys.exit(f"MSPROF_PY_COMPILE must be 0, 1 or auto, got {MODE!r}")
@@ -99,7 +99,7 @@ def _extensions() -> list:
     os.chdir(ROOT)  # mypyc names modules by their path relative to the working directory
     try:
         return mypycify(["--ignore-missing-imports", "--follow-imports=silent", *SOURCES],
-                        opt_level="3", group_name="runtime_emu")
+                        opt_level="3", group_name="simcore")
     except Exception as exc:  # a type error or a mypyc limitation: the pure modules still work
         if MODE == "1":
             raise
@@ -135,7 +135,7 @@ class BuildExt(build_ext):
         if not self._core():
             return
         info = {"sources": {m: hashlib.sha256((ROOT / s).read_bytes()).hexdigest() for m, s in zip(COMPILED, SOURCES)}}
-        dest = (ROOT if self.inplace else Path(self.build_lib)) / "runtime_emu" / "_compiled.json"
+        dest = (ROOT if self.inplace else Path(self.build_lib)) / "simcore" / "_compiled.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(json.dumps(info, indent=1) + "\n")
 
@@ -146,7 +146,7 @@ class BuildExt(build_ext):
     def get_outputs(self) -> list[str]:
         outputs = super().get_outputs()
         if self._core() and not self.inplace:
-            outputs.append(str(Path(self.build_lib) / "runtime_emu" / "_compiled.json"))
+            outputs.append(str(Path(self.build_lib) / "simcore" / "_compiled.json"))
         return outputs
 
 

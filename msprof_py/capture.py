@@ -240,7 +240,7 @@ def warn_if_slow(events: int) -> bool:
     """Say once, on stderr, that a run of about `events` trace events will run on the slower
     pure-Python emulator core, and how to get the compiled one; True when it said so."""
     import runtime_emu
-    from runtime_emu import _loader
+    from simcore import _loader
 
     if runtime_emu.COMPILED or events <= LARGE_RUN_EVENTS:
         return False

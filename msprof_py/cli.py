@@ -137,7 +137,8 @@ def version_line() -> str:
     with warnings.catch_warnings():  # a stale core's import warning: the line below says it
         warnings.simplefilter("ignore")
         import runtime_emu
-        from runtime_emu import _loader, engine, tables
+        from runtime_emu import engine, tables
+        from simcore import _loader
 
     from msprof_py.trace import native
 

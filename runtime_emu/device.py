@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable, Final, cast
 
-from runtime_emu.links import Link
+import simcore.cores
 from runtime_emu.presets import Preset
 from runtime_emu.state import Stream
+from simcore.links import Link
 
 if TYPE_CHECKING:
     from runtime_emu.runtime import Runtime
@@ -48,14 +48,16 @@ class Kernel:
             raise ValueError(f"kernel {self.name!r}: block_ns must be positive, got {self.block_ns}")
 
 
-class Task:
-    """One entry of a stream's queue."""
+class Task(simcore.cores.Job):
+    """One entry of a stream's queue (a kernel's: a job of its device's core pool, `blocks`,
+    `block_ns` and `priority` set when it goes to the pool)."""
 
     __slots__ = ("kind", "name", "stream", "corr", "launch_ns", "arrive_ns", "ready_ns", "start_ns", "end_ns",
-                 "kernel", "blocks", "remaining", "cores", "bytes", "path", "event", "event_seq", "on_start",
-                 "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "waves", "extra", "record")
+                 "kernel", "bytes", "path", "event", "event_seq", "on_start",
+                 "copy_kind", "step", "cause", "producer", "queue_blocked_ns", "extra", "record")
 
     def __init__(self, kind: str, name: str, stream: Stream, corr: int, launch_ns: int) -> None:
+        super().__init__()
         self.kind = kind
         self.name = name
         self.stream = stream
@@ -66,9 +68,6 @@ class Task:
         self.start_ns = -1
         self.end_ns = -1
         self.kernel: Kernel | None = None
-        self.blocks = 0
-        self.remaining = 0
-        self.cores = 0
         self.bytes = 0
         self.path: tuple[Link, ...] = ()
         self.event: Event | None = None
@@ -79,7 +78,6 @@ class Task:
         self.cause = ""
         self.producer = ""
         self.queue_blocked_ns = 0
-        self.waves = 0
         self.extra: Any = None
         # A wait: the correlation id of the record it captured (0: the event had none). A task
         # whose cause is "event": that of the record that released the wait before it.
@@ -142,93 +140,25 @@ LAUNCH_BYTES: Final = LAUNCH.size
 LAUNCH_READ: Final = LAUNCH.unpack_from
 
 
-class CorePool:
-    """The Cube (or Vector) cores of one device and the kernels waiting for them.
+class CorePool(simcore.cores.CorePool):
+    """The Cube (or Vector) cores of one device (`simcore.cores.CorePool`: how blocks take cores),
+    telling the dispatcher when a kernel starts and ends. Without the C core: with it, its
+    `_core.Pool` runs the same rules natively."""
 
-    Blocks are dispatched one core at a time as cores free up (normal mode), so kernels share
-    the cores and a block count that does not divide the core count leaves a partial last
-    wave. In batch mode a kernel waits until all the cores it can use are free at once and
-    runs in lockstep waves. A started kernel's remaining blocks go before waiting kernels (run
-    to completion) unless `preemption` is on, in which case priority decides at every block.
-    """
-
-    __slots__ = ("device", "kind", "total", "free", "waiting", "seq", "batch_mode", "preemption", "_done_cb",
-                 "engine", "dispatcher")
+    __slots__ = ("device", "kind", "dispatcher")
 
     def __init__(self, device: "Device", kind: str, total: int) -> None:
+        super().__init__(device.rt.engine, total)
         self.device = device
         self.kind = kind
-        self.total = total
-        self.free = total
-        self.waiting: list[tuple[int, int, int, Task]] = []
-        self.seq = 0
-        self.batch_mode = False
-        self.preemption = False
-        self._done_cb = self._blocks_done  # bound once: one is made per call otherwise
         # Direct calls once compiled (through device.rt each would be an attribute chain).
-        self.engine = device.rt.engine
         self.dispatcher = device.rt.dispatch
 
-    def submit(self, task: Task) -> None:
-        self.seq += 1
-        task.remaining = task.blocks
-        task.cores = 0
-        heappush(self.waiting, (1, task.stream.priority, self.seq, task))
-        self.dispatch()
+    def started(self, job: simcore.cores.Job) -> None:
+        self.dispatcher.task_started(cast(Task, job))
 
-    def dispatch(self) -> None:
-        waiting = self.waiting
-        free = self.free
-        while free and waiting:
-            head = waiting[0]
-            task = head[3]
-            remaining = task.remaining
-            grant = free if free < remaining else remaining
-            if self.batch_mode and grant < min(remaining, self.total):
-                break  # a batch-mode kernel starts a wave only with all its cores at once
-            free -= grant
-            remaining -= grant
-            task.remaining = remaining
-            task.cores += grant  # blocks in flight
-            if task.start_ns < 0:
-                self.dispatcher.task_started(task)
-            task.waves += 1
-            kernel = task.kernel
-            assert kernel is not None, "only kernels go to the core pools"
-            self.engine.after(kernel.block_ns, self._done_cb, (task, grant))
-            if remaining:
-                # Still first in line (its key only drops to "started"): update the root in place.
-                if head[0] and not self.preemption:
-                    waiting[0] = (0, head[1], head[2], task)
-            else:
-                heappop(waiting)
-        self.free = free
-
-    def _blocks_done(self, done: tuple[Task, int]) -> None:
-        task, count = done
-        task.cores -= count
-        remaining = task.remaining
-        if remaining and not self.preemption and not self.batch_mode and self.waiting[0][3] is task:
-            # Run to completion: the started kernel at the head of the line takes the cores it
-            # just freed straight back (the common case; no heap traffic).
-            grant = count if count < remaining else remaining
-            remaining -= grant
-            task.remaining = remaining
-            task.cores += grant
-            task.waves += 1
-            if not remaining:
-                heappop(self.waiting)
-            self.free += count - grant
-            kernel = task.kernel
-            assert kernel is not None, "only kernels go to the core pools"
-            self.engine.after(kernel.block_ns, self._done_cb, (task, grant))
-            if self.free:
-                self.dispatch()
-            return
-        self.free += count
-        if not remaining and not task.cores:
-            self.dispatcher.task_finished(task)
-        self.dispatch()
+    def finished(self, job: simcore.cores.Job) -> None:
+        self.dispatcher.task_finished(cast(Task, job))
 
 
 class Device:

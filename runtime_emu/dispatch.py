@@ -30,13 +30,13 @@ from runtime_emu.device import (
     Stream,
     Task,
 )
-from runtime_emu.engine import Clock
 from runtime_emu.errors import AclError
 from runtime_emu.ground_truth import NO_RECORD, TASK_FIELDS, GroundTruth
 from runtime_emu.host import Coordinator, HostThread
-from runtime_emu.links import Network
 from runtime_emu.recorder import NULL, Recorder, append_row
 from runtime_emu.rows import Rows
+from simcore.engine import Clock
+from simcore.links import Network
 
 if TYPE_CHECKING:
     from runtime_emu.cuts import CutPolicy
@@ -219,6 +219,7 @@ class Dispatch:
         if kind == KERNEL:
             kernel = task.kernel
             assert kernel is not None, "a kernel task has its kernel"
+            task.block_ns, task.priority = kernel.block_ns, stream.priority
             stream.device.pools[kernel.core].submit(task)
         elif kind == MEMCPY or kind == MEMSET:
             self.task_started(task)

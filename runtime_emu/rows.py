@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runtime_emu.device import KERNEL, MEMCPY, MEMSET, RECORD, WAIT, Device, Stream, Task
-from runtime_emu.links import Link
 from runtime_emu.recorder import (
     API_W,
     COUNTER_W,
@@ -32,6 +31,7 @@ from runtime_emu.recorder import (
     append_row,
     host_pid,
 )
+from simcore.links import Link
 
 if TYPE_CHECKING:
     from runtime_emu.host import HostThread

@@ -40,7 +40,6 @@ from runtime_emu.engine import new_engine
 from runtime_emu.errors import AclError
 from runtime_emu.ground_truth import GroundTruth
 from runtime_emu.host import DONE, Coordinator, HostThread
-from runtime_emu.links import Network
 from runtime_emu.memory import DriverAllocator
 from runtime_emu.presets import Preset
 from runtime_emu.presets import preset as get_preset
@@ -48,6 +47,7 @@ from runtime_emu.recorder import Recorder, Switches, device_pid, host_pid
 from runtime_emu.result import EmuResult
 from runtime_emu.rows import Rows, json_text, stream_attrs
 from runtime_emu.topology import Topology
+from simcore.links import Network
 
 __all__ = ["CUT_TASK_ROWS", "HOST_WORK_KINDS", "MEMCPY_DEVICE_TO_DEVICE", "MEMCPY_DEVICE_TO_HOST", "MEMCPY_HOST_TO_DEVICE",
            "MEMCPY_HOST_TO_HOST", "EmuResult", "Runtime", "Switches"]

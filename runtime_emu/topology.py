@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runtime_emu.links import Link
+from simcore.links import Link
 
 if TYPE_CHECKING:
     from runtime_emu.device import Device

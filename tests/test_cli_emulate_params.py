@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import runtime_emu
+import simcore._loader
 from msprof_py import __version__, capture, prof_dir
 from msprof_py.cli import app
 from msprof_py.trace import chrome, native
@@ -182,7 +183,7 @@ def test_scenario_help_shows_its_parameters_and_switches():
 def test_version_says_which_emulator_core_runs():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
-    core = "compiled" if runtime_emu.COMPILED else f"pure Python; {_loader.pure_reason}"
+    core = "compiled" if runtime_emu.COMPILED else f"pure Python; {simcore._loader.pure_reason}"
     scanner = "native scanner" if chrome._scan is not None else f"msgspec; {native.reason}"
     build = "native" if tables.native_module() is not None else \
         "Arrow; native build not compiled, reinstall with a C compiler"
@@ -210,7 +211,7 @@ def test_version_with_the_msgspec_import_forced():
 
 def test_a_large_run_on_the_pure_core_prints_one_warning_line(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(runtime_emu, "COMPILED", False)
-    monkeypatch.setattr(_loader, "pure_reason", "not built")
+    monkeypatch.setattr(simcore._loader, "pure_reason", "not built")
     monkeypatch.setattr(capture, "LARGE_RUN_EVENTS", 1_000)
     result = emulate(tmp_path, "yolo-pipeline", "--steps", "2")
     assert result.exit_code == 0, result.output

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import runtime_emu
-from runtime_emu import AclError, Kernel, Runtime, _loader
+from runtime_emu import AclError, Kernel, Runtime
+from simcore import _loader
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = ROOT / "sample_traces" / "emulated"
@@ -51,13 +52,18 @@ def test_pure_python_emulator_writes_byte_identical_sample_traces(tmp_path):
         assert (tmp_path / rel).read_bytes() == (SAMPLES_DIR / rel).read_bytes(), rel
 
 
-def _fake_package(tmp_path: Path, sources: dict[str, str], record: dict | None) -> Path:
+def _fake_packages(tmp_path: Path, sources: dict[str, str], record: dict | None) -> Path:
+    """A root holding packages with the dotted modules `sources`, each built (an extension module
+    beside it), a source without one, and the build's record."""
     for name, text in sources.items():
-        (tmp_path / f"{name}.py").write_text(text)
-        (tmp_path / f"{name}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
-    (tmp_path / "lonely.py").write_text("x = 1\n")  # a source without an extension: not compiled
+        path = _loader.source(name, tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.with_name(f"{path.stem}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+        (path.parent / "lonely.py").write_text("x = 1\n")  # a source without an extension: not compiled
     if record is not None:
-        (tmp_path / "_compiled.json").write_text(json.dumps(record))
+        (tmp_path / "simcore").mkdir(exist_ok=True)
+        (tmp_path / _loader.RECORD).write_text(json.dumps(record))
     return tmp_path
 
 
@@ -74,17 +80,18 @@ def test_setup_compiles_the_loaders_list():
 
 
 def test_loader_rejects_compiled_modules_older_than_their_sources(tmp_path):
-    sources = {"engine": "a = 1\n", "runtime": "b = 2\n"}
+    sources = {"simcore.engine": "a = 1\n", "runtime_emu.runtime": "b = 2\n"}
     digest = {n: hashlib.sha256(t.encode()).hexdigest() for n, t in sources.items()}
-    pkg = _fake_package(tmp_path, sources, {"sources": digest})
-    assert _loader.compiled_modules(pkg) == ["engine", "runtime"]
-    assert _loader.stale(["engine", "runtime"], pkg) is None
-    (pkg / "runtime.py").write_text("b = 3\n")  # edited after the build
-    assert _loader.stale(["engine", "runtime"], pkg) == "runtime.py changed since they were built"
-    (pkg / "_compiled.json").write_text("{not json")
-    assert _loader.stale(["engine"], pkg) == "no record of the sources they were built from"
-    (pkg / "_compiled.json").unlink()
-    assert _loader.stale(["engine"], pkg) == "no record of the sources they were built from"
+    root = _fake_packages(tmp_path, sources, {"sources": digest})
+    names = ["runtime_emu.runtime", "simcore.engine"]
+    assert _loader.compiled_modules(root, tuple(sources)) == names
+    assert _loader.stale(names, root) is None
+    (root / "runtime_emu" / "runtime.py").write_text("b = 3\n")  # edited after the build
+    assert _loader.stale(names, root) == "runtime_emu/runtime.py changed since they were built"
+    (root / _loader.RECORD).write_text("{not json")
+    assert _loader.stale(["simcore.engine"], root) == "no record of the sources they were built from"
+    (root / _loader.RECORD).unlink()
+    assert _loader.stale(["simcore.engine"], root) == "no record of the sources they were built from"
 
 
 def test_forcing_pure_python_is_silent_and_reports_it():
@@ -172,7 +179,7 @@ def _pulses(engine) -> list[int]:
 
 
 def test_the_event_heap_runs_callbacks_in_time_then_scheduling_order():
-    from runtime_emu import engine as eng
+    from simcore import engine as eng
 
     log = _engine_log(eng.Engine())
     assert len(log) > 3000

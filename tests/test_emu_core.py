@@ -20,7 +20,7 @@ import pytest
 from msprof_py.trace import read_trace
 from runtime_emu import PRESETS, Kernel, Runtime, Switches, Thread, scenarios
 from runtime_emu._loader import native
-from runtime_emu.engine import PULSE_EVENTS, Engine
+from simcore.engine import PULSE_EVENTS, Engine
 
 CORE = native("_core")
 pytestmark = pytest.mark.skipif(CORE is None, reason="the C core is off (not compiled, or MSPROF_PY_PURE=1)")

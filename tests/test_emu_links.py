@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime_emu.engine import Engine
-from runtime_emu.links import Link, Network
+from simcore.engine import Engine
+from simcore.links import Link, Network
 
 
 def run_flows(specs, links):

@@ -36,9 +36,9 @@ def test_the_state_module_is_never_compiled():
     # Compiled code reads a native class's attributes from its own struct layout; the C types
     # would be read as if they were that class. The compiled modules must see these names as
     # plain Python classes, whichever runs (state.py's docstring).
-    from runtime_emu import _loader
+    from simcore import _loader
 
-    assert "state" not in _loader.COMPILED and state.__file__.endswith(".py")
+    assert "runtime_emu.state" not in _loader.COMPILED and state.__file__.endswith(".py")
 
 
 def test_the_native_types_start_as_the_python_classes_do():

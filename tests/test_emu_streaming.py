@@ -182,7 +182,7 @@ def test_a_finish_that_fails_leaves_no_streamed_output(tmp_path):
 def test_a_host_thread_waiting_on_the_device_lets_the_writer_thread_in(tmp_path, monkeypatch):
     # Compiled code never offers the GIL to another thread; the engine calls the stream's
     # (interpreted) pulse every PULSE_EVENTS callbacks while a host thread waits, so it can.
-    from runtime_emu import engine
+    from simcore import engine
 
     waits: list = []
     monkeypatch.setattr(writer.TraceWriter, "pulse", lambda self: waits.append(rt.engine.now))

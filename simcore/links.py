@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runtime_emu.engine import Clock
+from simcore.engine import Clock
 
 
 class Link:
