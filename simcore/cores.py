@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+from mypy_extensions import mypyc_attr
+
 from simcore.engine import Clock
 
 
+# Compiled, the classes still take subclasses written in plain Python (the replay's kernels and pools).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Job:
     """A kernel's blocks, as a pool runs them: `blocks` of `block_ns` each at `priority`;
     `remaining` not yet dispatched, `cores` in flight, `waves` grants so far."""
@@ -35,6 +39,7 @@ class Job:
         self.waves = 0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CorePool:
     """The cores of one kind of one device and the jobs waiting for them."""
 

@@ -12,7 +12,8 @@ graph, and fails it); only kernels that contended for cores to the nanosecond co
 a small error (below). A remedy edits edge weights: a launch call's cost, a data-loading span, a
 synchronize's wait; the change travels along the recorded dependencies, so what waited for the
 edited work moves and what did not stays; an edge a remedy drops is no dependency at all. Nodes
-are placed in time order (a heap), as the resources' models need. The saving is the span the
+are placed in time order, as the resources' models need, on the simulation core the emulator runs
+on (`simcore`: its event loop, its max-min links, its core pools; one simulator, not two). The saving is the span the
 replay takes off the run (off its own replay without remedies where that is not exact).
 
 A synchronize that names its stream (its row has one) waits for that stream only: the graph joins
@@ -25,8 +26,8 @@ evidence says (the other ranks' median, the link's nominal over its best rate, t
 idle).
 
 Copies share their link (`Links`): each device's host-to-device and device-to-host PCIe
-directions and its memory (device-to-device copies, memsets) are links, shared max-min fair as
-the emulator shares them (copies crossing one link at once each get an equal share). A copy's
+directions and its memory (device-to-device copies, memsets) are links, shared max-min fair by
+the emulator's model, simcore.links (copies crossing one link at once each get an equal share). A copy's
 work is what it would take with the link to itself, read off the trace: its recorded time, each
 instant divided by the number of copies on its link then. The replay runs the same processor
 sharing forward: a copy that a remedy moves away from another leaves that one the whole link and
@@ -36,7 +37,7 @@ is the recorded duration: float rounding, not a change).
 
 Kernels share their device's cores (`Cores`) where the platform runs one block per core at a time
 (Ascend's AI Cores; kernels that record their blocks and the cores of their kind): a pool per
-(rank, device, cores of the kind), run as the device runs it (`_Pools`, the emulator's rules): a
+(rank, device, cores of the kind), run as the device runs it (simcore.cores, the rules the emulator runs): a
 kernel's blocks go to free cores one core at a time, each takes the kernel's block time (its time
 over its waves where it ran with its cores to itself, else the median of its name's), kernels in
 line by (started first, priority, arrival), a finished kernel's end first lets its stream's next
@@ -59,9 +60,9 @@ A remedy may be scoped to ranks (`NAME@1,3`): it edits only what those ranks did
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -75,6 +76,9 @@ from analyzers.causality.critical_path import _DEP, _KK, _LAUNCH, _OP, _SYNC, Jo
 from analyzers.frames import Frames
 from analyzers.streams import LINK_OF_KIND, copy_kind
 from msprof_py.trace.schema import Trace
+from simcore.cores import CorePool, Job
+from simcore.engine import Engine
+from simcore.links import Link, Network
 
 #: The remedies, each a documented edit of the graph (`Remedy.edit`), by the name the CLI takes.
 REMEDY_DOCS = {
@@ -1432,133 +1436,200 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
     # placed after what it no longer waits for would be placed out of time order, which the
     # resources' models cannot take).
     order = np.argsort(src_k, kind="stable")
-    starts = np.searchsorted(src_k[order], np.arange(n + 1)).tolist()
-    dst_o, w_o = dst_k[order].tolist(), w_k[order].tolist()
     indeg_a = np.bincount(dst_k, minlength=n)
-    sims: list[_LinkSim | _CoreSim] = []
-    task_of: dict[int, tuple[int, int]] = {}  # start node -> (model, task)
-    gated: set[int] = set()  # start nodes a model places (a kernel's: when its cores take it)
-    for m, r in enumerate(resources):
+    for r in resources:
         np.add.at(indeg_a, r.end, 1)  # a task's end also waits for its model
-        sims.append(r.sim(e.w[r.edge]))
-        task_of.update(zip(r.start.tolist(), ((m, i) for i in range(len(r.start)))))
-        if isinstance(r, Cores):
-            gated.update(r.start.tolist())
-    indeg = indeg_a.tolist()
-    arrive: list[int | None] = [None] * n  # the latest new predecessor time + weight, over the kept edges
-    out = node_ts.astype(np.int64).tolist()
-    slack_l = slack.tolist()
-    heap = [(out[u], u, 0) for u in np.flatnonzero(indeg_a == 0).tolist()]
-    heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
-    events: list[tuple[int, object]] = []  # a model's pending event: (model, its payload)
+    run = _Run(n, np.searchsorted(src_k[order], np.arange(n + 1)).tolist(), dst_k[order].tolist(),
+               w_k[order].tolist(), indeg_a.tolist(), node_ts.astype(np.int64).tolist(), slack.tolist())
+    for r in resources:
+        (_CoreModel if isinstance(r, Cores) else _LinkModel)(run, r, e.w[r.edge])
+    return run.run(np.flatnonzero(indeg_a == 0).tolist())
 
-    def release(v: int) -> None:
-        """All of `v`'s predecessors are placed: `v` goes in line (a kernel: to its cores)."""
-        got = arrive[v]
-        push(heap, (out[v] if got is None else got + slack_l[v], v, 0))
 
-    def act(m: int, actions: list[tuple]) -> None:
-        for what, t, x in actions:
-            if what == "post":  # the model's own event at t
-                events.append((m, x))
-                push(heap, (t, -1, len(events) - 1))
-            elif what == "later":  # at t, after every node placed at t
-                events.append((m, x))
-                push(heap, (t, n, len(events) - 1))
-            elif what == "begin":  # a kernel's cores took its first blocks: its start node is placed
-                push(heap, (t, x, 1))
-            else:  # "end": the model finished a task: its end node's token
-                v = x
-                if arrive[v] is None or t > arrive[v]:
-                    arrive[v] = t
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    release(v)
+class _Run:
+    """`retime`'s forward run on the simulation core the emulator runs on (simcore: its event loop,
+    its links, its core pools). A node is placed when all its predecessors are: at the latest of
+    their new times + the edges' weights, plus its slack; a copy's start puts it on its link
+    (`_LinkModel`), a kernel's start node is ready for its cores and placed when they take its
+    first blocks (`_CoreModel`), and a task of a model ends when the model says."""
 
-    seen = 0
-    while heap:
-        tu, u, stage = pop(heap)
-        if u < 0 or u == n:
-            m, payload = events[stage]
-            act(m, sims[m].event(payload, tu))
-            continue
-        if stage == 0 and u in gated:  # ready: to its cores
-            m, i = task_of[u]
-            act(m, sims[m].start(i, tu))
-            continue
-        seen += 1
-        out[u] = tu
-        if u in task_of and u not in gated:  # a copy onto its link
-            m, i = task_of[u]
-            act(m, sims[m].start(i, tu))
-        for k in range(starts[u], starts[u + 1]):
-            v = dst_o[k]
-            t = tu + w_o[k]
-            if arrive[v] is None or t > arrive[v]:
+    def __init__(self, n: int, starts: list[int], dst: list[int], w: list[int], indeg: list[int], out: list[int],
+                 slack: list[int]) -> None:
+        self.engine = Engine()
+        self.n, self.starts, self.dst, self.w, self.indeg, self.out, self.slack = n, starts, dst, w, indeg, out, slack
+        self.arrive: list[int | None] = [None] * n  # the latest new predecessor time + weight
+        #: A node a model starts: start node -> the model's callback (a copy's: when it is placed; a
+        #: kernel's: when it is ready, and the model places it).
+        self.on_start: dict[int, tuple[Callable[[int, int], None], int]] = {}
+        self.gated: set[int] = set()
+        self.later: list[Callable[[], None]] = []
+        self.seen = 0
+
+    def run(self, roots: list[int]) -> np.ndarray:
+        at, out, place = self.engine.at, self.out, self._place
+        for u in roots:  # in node order: ties placed as the nodes are numbered
+            at(out[u], place, (u, out[u]))
+        self.engine.run()
+        if self.seen != self.n:
+            raise ValueError(f"the dependency graph has a cycle ({self.n - self.seen} nodes left)")
+        return np.asarray(out, dtype=np.int64)
+
+    def _place(self, job: tuple[int, int]) -> None:
+        u, tu = job  # its own time (the clock may be a few ns past it: a model's snapped end)
+        self.place(u, tu)
+
+    def place(self, u: int, tu: int) -> None:
+        self.seen += 1
+        self.out[u] = tu
+        if u in self.on_start and u not in self.gated:  # a copy onto its link
+            fn, i = self.on_start[u]
+            fn(i, tu)
+        arrive, indeg, dst, w = self.arrive, self.indeg, self.dst, self.w
+        for k in range(self.starts[u], self.starts[u + 1]):
+            v = dst[k]
+            t = tu + w[k]
+            got = arrive[v]
+            if got is None or t > got:
                 arrive[v] = t
             indeg[v] -= 1
             if indeg[v] == 0:
-                release(v)
-    if seen != n:
-        raise ValueError(f"the dependency graph has a cycle ({n - seen} nodes left)")
-    return np.asarray(out, dtype=np.int64)
+                self._release(v)
+
+    def end(self, v: int, t: int) -> None:
+        """A model finished the task whose end node is `v`, at `t`."""
+        got = self.arrive[v]
+        if got is None or t > got:
+            self.arrive[v] = t
+        self.indeg[v] -= 1
+        if self.indeg[v] == 0:
+            self._release(v)
+
+    def _release(self, v: int) -> None:
+        """All of `v`'s predecessors are placed: `v` goes in line (a kernel: to its cores)."""
+        got = self.arrive[v]
+        t = self.out[v] if got is None else got + self.slack[v]
+        if v in self.gated:
+            self.engine.at(t, self._ready, (v, t))
+        else:
+            self.engine.at(t, self._place, (v, t))
+
+    def _ready(self, job: tuple[int, int]) -> None:
+        v, t = job
+        fn, i = self.on_start[v]
+        fn(i, t)
+
+    def after_now(self, fn: Callable[[], None]) -> None:
+        """Call `fn` at this time, after every node placed at it (a finished kernel's cores go out
+        once what its end released went in line, as the device does it)."""
+        self.later.append(fn)
+        if len(self.later) == 1:
+            self.engine.at(self.engine.now, self._flush, None)
+
+    def _flush(self, _arg: object) -> None:
+        if self.engine.next_time() == self.engine.now:  # more at this time: after them
+            self.engine.at(self.engine.now, self._flush, None)
+            return
+        todo, self.later = self.later, []
+        for fn in todo:
+            fn()
 
 
-class _LinkSim:
-    """The links of `Links` run forward: processor sharing by virtual time (each link's clock
-    advances at 1 / the copies on it; a copy is done when the clock passed its start + work).
-    A link's event carries its version: one that is not the link's latest was overtaken by a copy
-    that started meanwhile."""
+class _LinkModel:
+    """The copies of `Links` on their links (simcore.links: max-min shared, as the emulator shares
+    them), each a link of 1 byte/ns that a copy crosses with its work (ns alone) in bytes. A copy
+    that ends within `SNAP_NS` of its start + its (edited) duration takes that: the recorded
+    sharing, rounding, not a change."""
 
-    def __init__(self, links: Links, dur: np.ndarray) -> None:
-        self.end, self.link, self.work = links.end.tolist(), links.link.tolist(), links.work.tolist()
-        self.dur = dur.tolist()
-        nl = int(links.link.max()) + 1
-        self.clock, self.at, self.version = [0.0] * nl, [0.0] * nl, [0] * nl
-        self.active: list[list[tuple[float, int]]] = [[] for _ in range(nl)]
-        self.started = [0] * len(self.end)
+    def __init__(self, run: _Run, links: Links, dur: np.ndarray) -> None:
+        self.run, self.end_node, self.dur = run, links.end.tolist(), dur.tolist()
+        self.work = np.maximum(np.rint(links.work), 0).astype(np.int64).tolist()
+        self.net = Network(run.engine)
+        self.path = [(Link(f"link {li}", 1.0),) for li in range(int(links.link.max()) + 1)]
+        self.link = links.link.tolist()
+        self.started = [0] * len(self.end_node)
+        run.on_start.update(zip(links.start.tolist(), ((self.start, i) for i in range(len(self.end_node)))))
 
-    def _advance(self, li: int, t: float) -> None:
-        t = max(t, self.at[li])
-        if self.active[li]:
-            self.clock[li] += (t - self.at[li]) / len(self.active[li])
-        self.at[li] = t
-
-    def _next(self, li: int) -> list[tuple]:
-        self.version[li] += 1
-        q = self.active[li]
-        if not q:
-            return []
-        t = self.at[li] + (q[0][0] - self.clock[li]) * len(q)
-        return [("post", int(round(t)), (li, self.version[li]))]
-
-    def start(self, i: int, t: int) -> list[tuple]:
-        """Copy `i` starts at `t`."""
-        li = self.link[i]
-        self._advance(li, t)
+    def start(self, i: int, t: int) -> None:
         self.started[i] = t
-        heapq.heappush(self.active[li], (self.clock[li] + self.work[i], i))
-        return self._next(li)
+        self.net.transfer(self.path[self.link[i]], self.work[i], self._done, i)
 
-    def event(self, payload: tuple[int, int], t: int) -> list[tuple]:
-        """The link's event at `t`: the copies it finished (none if stale), its next event."""
-        li, version = payload
-        if version != self.version[li]:
-            return []
-        self._advance(li, t)
-        q = self.active[li]
-        head = q[0][0]
-        self.clock[li] = max(self.clock[li], head)
-        done = []
-        while q and q[0][0] <= head + 1e-6:
-            _, i = heapq.heappop(q)
-            end = t
-            by_duration = self.started[i] + self.dur[i]
-            if abs(end - by_duration) <= SNAP_NS:  # the recorded sharing: rounding, not a change
-                end = int(by_duration)
-            done.append(("end", end, self.end[i]))
-        return done + self._next(li)
+    def _done(self, i: int) -> None:
+        end = self.run.engine.now
+        by_duration = self.started[i] + self.dur[i]
+        if abs(end - by_duration) <= SNAP_NS:
+            end = int(by_duration)
+        self.run.end(self.end_node[i], end)
+
+
+class _Kernel(Job):
+    """A kernel of `Cores` as a job of its pool."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int, blocks: int, block_ns: int, priority: int) -> None:
+        super().__init__(blocks, block_ns, priority)
+        self.index = index
+
+
+class _Pool(CorePool):
+    """A pool of `Cores` (simcore.cores: the emulator's rules): a kernel's first blocks place its
+    start node, its last one's end ends it, and its cores go out after what that released."""
+
+    def __init__(self, model: _CoreModel, total: int, preempt: bool) -> None:
+        super().__init__(model.run.engine, total)
+        self.model = model
+        self.preemption = preempt
+
+    def started(self, job: Job) -> None:
+        self.model.began(job.index, self.engine.now)  # type: ignore[attr-defined]
+
+    def finished(self, job: Job) -> None:
+        self.model.ended(job.index, self.engine.now)  # type: ignore[attr-defined]
+
+    def freed(self) -> None:
+        self.model.run.after_now(self.dispatch)
+
+
+class _CoreModel:
+    """The kernels of `Cores` on their pools, as the device runs them: a kernel goes to its pool
+    when it is ready plus its slack in the trace less its recorded wait for cores (the pools make
+    their own wait), starts when its cores take its first blocks and ends when its last block does.
+    A kernel the pools start as it arrives and time within a nanosecond per wave of its (edited)
+    duration takes that duration: rounding, not a change, so without remedies a kernel that had
+    its cores keeps its recorded times."""
+
+    def __init__(self, run: _Run, cores: Cores, dur: np.ndarray) -> None:
+        self.run = run
+        self.start_node, self.end_node = cores.start.tolist(), cores.end.tolist()
+        self.dur = dur.tolist()
+        scale = np.where(cores.dur0 > 0, dur / np.maximum(cores.dur0, 1), 1.0)
+        block_ns = np.maximum(np.rint(cores.block_ns * scale), 1).astype(np.int64).tolist()
+        self.waves = (-(-cores.blocks // cores.cores)).tolist()
+        total = dict(zip(cores.pool.tolist(), cores.cores.tolist()))
+        self.pools = [_Pool(self, total[p], bool(cores.preempt[p])) for p in range(int(cores.pool.max()) + 1)]
+        self.pool = cores.pool.tolist()
+        self.jobs = [_Kernel(i, b, t, pr) for i, (b, t, pr) in
+                     enumerate(zip(cores.blocks.tolist(), block_ns, cores.priority.tolist()))]
+        self.submitted = [0] * len(self.start_node)
+        self.began_at = [0] * len(self.start_node)
+        run.on_start.update(zip(self.start_node, ((self.ready, i) for i in range(len(self.start_node)))))
+        run.gated.update(self.start_node)
+
+    def ready(self, i: int, t: int) -> None:
+        """Kernel `i` is ready at `t` (the recorded wait for cores taken out of its slack and its
+        edges by `retime`)."""
+        self.submitted[i] = t
+        self.pools[self.pool[i]].submit(self.jobs[i])
+
+    def began(self, i: int, t: int) -> None:
+        t = max(t, self.submitted[i])
+        self.began_at[i] = t
+        self.run.place(self.start_node[i], t)
+
+    def ended(self, i: int, t: int) -> None:
+        if self.began_at[i] == self.submitted[i] and abs(t - self.began_at[i] - self.dur[i]) <= self.waves[i]:
+            t = self.began_at[i] + int(round(self.dur[i]))
+        self.run.end(self.end_node[i], t)
 
 
 @dataclass
@@ -1572,115 +1643,6 @@ class Links:
     link: np.ndarray
     work: np.ndarray
     edge: np.ndarray
-
-    def sim(self, dur: np.ndarray) -> _LinkSim:
-        return _LinkSim(self, dur)
-
-
-class _Pools:
-    """Core pools as the device runs them: a kernel's blocks go to free cores of its pool one
-    core at a time, each block takes the kernel's block time, the kernels in line by (started
-    first, priority, arrival): a started kernel takes the cores its blocks free before any other
-    (run to completion), unless its pool `preempt`s, where priority decides at every block.
-    Actions as `retime` takes them; `begin` / `end` carry the model's times."""
-
-    def __init__(self, pool: list[int], blocks: list[int], cores: list[int], block_ns: list[float],
-                 priority: list[int], preempt: list[bool] | None = None) -> None:
-        self.pool, self.blocks, self.block_ns, self.priority = pool, blocks, block_ns, priority
-        npools = max(pool) + 1 if pool else 0
-        self.free = [0] * npools
-        for p, c in zip(pool, cores):
-            self.free[p] = c
-        self.preempt = preempt or [False] * npools
-        self.waiting: list[list[tuple[int, int, int, int]]] = [[] for _ in range(npools)]
-        self.remaining = [0] * len(pool)
-        self.held = [0] * len(pool)
-        self.seq = 0
-
-    def submit(self, i: int, t: int) -> list[tuple]:
-        p = self.pool[i]
-        self.seq += 1
-        self.remaining[i] = self.blocks[i]
-        heapq.heappush(self.waiting[p], (1, self.priority[i], self.seq, i))
-        return self._dispatch(p, t)
-
-    def _dispatch(self, p: int, t: int) -> list[tuple]:
-        out = []
-        waiting = self.waiting[p]
-        while self.free[p] and waiting:
-            started, prio, seq, i = waiting[0]
-            grant = min(self.free[p], self.remaining[i])
-            self.free[p] -= grant
-            self.remaining[i] -= grant
-            if self.held[i] == 0 and self.remaining[i] + grant == self.blocks[i]:
-                out.append(("begin", t, i))
-            self.held[i] += grant
-            out.append(("post", t + self.block_ns[i], (i, grant)))
-            if self.remaining[i]:
-                if started and not self.preempt[p]:
-                    waiting[0] = (0, prio, seq, i)  # started: first in line (its key only drops)
-            else:
-                heapq.heappop(waiting)
-        return out
-
-    def done(self, payload: tuple[int, int], t: int) -> list[tuple]:
-        i, count = payload
-        p = self.pool[i]
-        self.held[i] -= count
-        self.free[p] += count
-        if not self.remaining[i] and not self.held[i]:
-            # Its end first releases what waited for it (the next kernel of its stream goes in
-            # line), then the freed cores go out: `later`, after the replay placed that.
-            return [("end", t, i), ("later", t, ("dispatch", p))]
-        return self._dispatch(p, t)
-
-
-class _CoreSim:
-    """The kernels of `Cores` on their pools, run forward as the device runs them (`_Pools`): a
-    kernel goes to its pool when it is ready plus its slack in the trace less its recorded wait
-    for cores (the pools make their own wait), starts when its cores take its first blocks and
-    ends when its last block does. A kernel the pools start as it arrives and time within a
-    nanosecond per wave of its (edited) duration takes that duration: rounding, not a change, so
-    without remedies a kernel that had its cores keeps its recorded times."""
-
-    def __init__(self, cores: Cores, dur: np.ndarray) -> None:
-        self.start_node, self.end_node = cores.start.tolist(), cores.end.tolist()
-        self.dur = dur.tolist()
-        scale = np.where(cores.dur0 > 0, dur / np.maximum(cores.dur0, 1), 1.0)
-        self.wait = cores.wait.tolist()
-        self.waves = (-(-cores.blocks // cores.cores)).tolist()
-        self.pools = _Pools(cores.pool.tolist(), cores.blocks.tolist(), cores.cores.tolist(),
-                            (cores.block_ns * scale).tolist(), cores.priority.tolist(), cores.preempt.tolist())
-        self.submitted = [0] * len(self.start_node)
-        self.began = [0] * len(self.start_node)
-
-    def start(self, i: int, t: int) -> list[tuple]:
-        """Kernel `i` is ready at `t` (the recorded wait for cores taken out of its slack and its
-        edges by `retime`)."""
-        self.submitted[i] = t
-        return self._map(self.pools.submit(i, t))
-
-    def event(self, payload: tuple, t: int) -> list[tuple]:
-        if payload[0] == "dispatch":
-            return self._map(self.pools._dispatch(payload[1], t))
-        return self._map(self.pools.done(payload, t))
-
-    def _map(self, actions: list[tuple]) -> list[tuple]:
-        out = []
-        for what, at, x in actions:
-            if what == "begin":
-                self.began[x] = at
-                out.append(("begin", at, self.start_node[x]))
-            elif what == "end":
-                end = at
-                if self.began[x] == self.submitted[x] and abs(at - self.began[x] - self.dur[x]) <= self.waves[x]:
-                    end = self.began[x] + int(round(self.dur[x]))
-                out.append(("end", end, self.end_node[x]))
-            elif what == "later":
-                out.append(("later", at, x))
-            else:
-                out.append(("post", int(round(at)), x))
-        return out
 
 
 @dataclass
@@ -1704,9 +1666,6 @@ class Cores:
     #: Whether any kernel shared its cores or waited for them in the trace (else the pools give
     #: back every kernel's recorded times).
     shared: bool = True
-
-    def sim(self, dur: np.ndarray) -> _CoreSim:
-        return _CoreSim(self, dur)
 
 
 Resource = Links | Cores
