@@ -56,6 +56,8 @@ class Partial:
     skipped: dict[str, str] = field(default_factory=dict)
     #: Per cross-rank analyzer: its summary of the partition.
     summaries: dict[str, Any] = field(default_factory=dict)
+    #: What the caller's `extra` made of the partition's frames (map_partition).
+    extra: Any = None
 
 
 def selected(names: list[str] | None) -> list[str]:
@@ -69,14 +71,16 @@ def selected(names: list[str] | None) -> list[str]:
 
 def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[str, Any] | None = None,
                   window: str = "all", reference: pd.DataFrame | None = None,
-                  peers: pd.DataFrame | None = None) -> Partial:
+                  peers: pd.DataFrame | None = None, extra: Callable[[Frames], Any] | None = None) -> Partial:
     """Run the per-rank analyzers on one partition and summarize it for the cross-rank ones.
 
     `reference`: the copies of every rank that the bandwidth analyzer judges copies by when the
     trace names no device preset (`bandwidth_reference`); without it, such a partition returns
     its own reference copies in `summaries["bandwidth.reference"]` for the driver to pool.
     `peers`: every rank's arrival at each collective (`collectives.arrivals` of each partition),
-    so a collective that waited for a rank of another partition names it."""
+    so a collective that waited for a rank of another partition names it. `extra`: called with the
+    partition's frames once the analyzers ran (its result in `Partial.extra`), so a caller's own
+    figures of the partition come from the same read and the same frames."""
     configs = configs or {}
     frames = Frames(trace, window=window)
     if peers is not None:
@@ -102,6 +106,8 @@ def map_partition(trace: Trace, names: list[str] | None = None, configs: dict[st
         if isinstance(res, tuple):
             res, out.metrics[name] = res
         out.findings[name] = list(res)
+    if extra is not None:
+        out.extra = extra(frames)
     return out
 
 
@@ -277,4 +283,6 @@ _METRICS: dict[str, Callable[[list], Any]] = {
     "sync": lambda ms: {"host_threads": _concat(ms, "host_threads"), "races": _sum(ms, "races")},
     "memory": _memory_metrics,
     "bandwidth": _bandwidth_metrics,
+    "cores": lambda ms: {"contended_ns": _sum(ms, "contended_ns"),
+                         "under_occupancy_saving_ns": _sum(ms, "under_occupancy_saving_ns")},
 }

@@ -128,21 +128,48 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
     calls per thread lane in [start - margin, end + margin] of the highlighted window, which
     is the finding's own (ts_ns, dur_ns) when that is a short stretch of the trace, else its
     most telling evidence event, else its costliest occurrence. At most `cap` events: those
-    overlapping the highlighted window first, then the longest. None without any time."""
-    window = finding_window(finding, frames.span)
+    overlapping the highlighted window first, then the longest. None without any time.
+
+    In three parts, so a partitioned trace can gather the rows where they are
+    (msprof_py.report_parts): `finding_bounds`, `evidence_rows` and `evidence_layout`."""
+    bounds = finding_bounds(finding, frames.span)
+    if bounds is None:
+        return None
+    h, d = evidence_rows(frames, bounds, host)
+    return evidence_layout(h, d, bounds, cap=cap, multi_rank=frames.device_ops["rank"].nunique() > 1)
+
+
+def finding_bounds(finding: dict[str, Any], span: tuple[int, int]) -> tuple | None:
+    """A finding's timeline in a trace of `span`: (t0, t1, h0, h1, rank, source, ranks): the window
+    shown, the highlighted one, the rank it came from, what it came from (`finding_window`) and
+    the ranks shown (`finding_ranks`, all when empty). None without any time."""
+    window = finding_window(finding, span)
     if window is None:
         return None
     h0, h1, rank, source = window
     margin = max((h1 - h0) // 4, 50_000)
-    s0, s1 = frames.span
+    s0, s1 = span
     t0, t1 = max(h0 - margin, min(s0, h0)), min(h1 + margin, max(s1, h1))
-    ranks = finding_ranks(finding, rank)
+    return t0, t1, h0, h1, rank, source, finding_ranks(finding, rank)
+
+
+def evidence_rows(frames: Frames, bounds: tuple, host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The host slices and device ops of `frames` in a timeline's window (`finding_bounds`)."""
+    t0, t1, ranks = bounds[0], bounds[1], bounds[6]
     ops = frames.device_ops
     d = ops[(ops["ts"].to_numpy() < t1) & (ops["end"].to_numpy() > t0)
             & (np.isin(ops["rank"].to_numpy(), ranks) if ranks else True)]
     host = host_slices(frames) if host is None else host
     h = host[(host["ts"].to_numpy() < t1) & (host["end"].to_numpy() > t0)
              & (np.isin(host["rank"].to_numpy(), ranks) if ranks else True)]
+    return h, d
+
+
+def evidence_layout(h: pd.DataFrame, d: pd.DataFrame, bounds: tuple, *, cap: int = 300,
+                    multi_rank: bool = False) -> dict[str, Any]:
+    """A timeline from its window's rows (`evidence_rows`): at most `cap` events, in lanes that
+    name their rank when the trace has several (`multi_rank`) or the events shown do."""
+    t0, t1, h0, h1, rank, source, ranks = bounds
     is_dev = np.concatenate([np.zeros(len(h), bool), np.ones(len(d), bool)])
     ts = np.concatenate([h["ts"].to_numpy(np.int64), d["ts"].to_numpy(np.int64)])
     dur = np.concatenate([h["dur"].to_numpy(np.int64), d["dur"].to_numpy(np.int64)])
@@ -156,8 +183,7 @@ def evidence_window(frames: Frames, finding: dict[str, Any], *, cap: int = 300,
     hh, dd = h.iloc[hk], d.iloc[dk]
     # Lanes name their rank whenever the trace has more than one (and their device when the
     # events shown span devices): a lane of a job's trace says where it is.
-    multi = (frames.device_ops["rank"].nunique() > 1 or pd.concat([hh["rank"], dd["rank"]]).nunique() > 1
-             or dd["device"].nunique() > 1)
+    multi = multi_rank or pd.concat([hh["rank"], dd["rank"]]).nunique() > 1 or dd["device"].nunique() > 1
     events = []
     for r in hh.itertuples(index=False):
         events.append({"lane": (f"r{r.rank} " if multi else "") + f"host {r.tid}", "name": str(r.name),

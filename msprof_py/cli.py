@@ -745,21 +745,22 @@ def report_cmd(
     fmt_name = report.format_for(output, fmt)
     loading.check_parent(output)
     _check_analyzers(analyzer)
-    result = None
     if engine is not Engine.local:
-        # The analyzers on the cluster, partition by partition; the summary, breakdown and
-        # timelines below still read the whole trace here.
+        # The analyzers on the cluster, partition by partition, and the report's figures with them:
+        # the driver holds small pieces (msprof_py.report_parts), not the trace.
+        from msprof_py import report_parts
+
         parts = report.rank_partitions(trace_path)
-        trace = None if parts is not None else _load(trace_path, lenient, progress, analysis_only=True)
-        result = report.analyze(parts if parts is not None else report.split_by_rank(trace), analyzer,
-                                window=window.value, engine=engine.value, scheduler=scheduler, workers=workers,
-                                progress=progress, input_bytes=loading.input_bytes(trace_path))
+        if parts is None:  # one file: loaded here whole, then split by rank
+            parts = report.split_by_rank(_load(trace_path, lenient, progress, analysis_only=True))
+        rep = report_parts.build(parts, analyzer, window=window.value, engine=engine.value, scheduler=scheduler,
+                                 workers=workers, progress=progress, input_bytes=loading.input_bytes(trace_path),
+                                 what_if=what_if)
     elif scheduler or workers:
         raise MsprofError("--scheduler and --workers go with --engine dask")
     else:
-        trace = None
-    trace = trace if trace is not None else _load(trace_path, lenient, progress, analysis_only=True)
-    rep = report.build(trace, analyzer, window=window.value, result=result, what_if=what_if)
+        rep = report.build(_load(trace_path, lenient, progress, analysis_only=True), analyzer, window=window.value,
+                           what_if=what_if)
     report.write(rep, output, fmt_name)
     worst = report.worst(rep)
     typer.echo(f"wrote {fmt_name} report with {len(rep['findings'])} findings to {output}")

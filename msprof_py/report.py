@@ -802,12 +802,18 @@ def local_batches(parts: list[Partition] | list[Trace], budget: int | None = Non
 
 
 def analyze_partition(part: Partition | Trace | list, names: list[str] | None, window: str, reference: Any = None,
-                      peers: Any = None):
+                      peers: Any = None, extra: Any = None):
     """The task of one partition (or a batch of consecutive ones): read it (unless it is given in
-    memory), map the analyzers over it."""
+    memory), map the analyzers over it (and `extra` over its frames: analyzers.partitioned)."""
     from analyzers.partitioned import map_partition
 
-    return map_partition(_partition_trace(part), names, window=window, reference=reference, peers=peers)
+    return map_partition(_partition_trace(part), names, window=window, reference=reference, peers=peers, extra=extra)
+
+
+def frames_task(part: Partition | Trace | list, window: str, fn: Any, *args: Any) -> Any:
+    """The task of one partition (or a batch of consecutive ones) that reads it and returns
+    `fn(frames, *args)`."""
+    return fn(Frames(_partition_trace(part), window=window), *args)
 
 
 def partition_arrivals(part: Partition | Trace | list):
@@ -858,7 +864,8 @@ def split_by_rank(trace: Trace) -> list[Trace]:
 
 def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None, *, window: str = "all",
             engine: str = "local", scheduler: str | None = None, workers: int | None = None,
-            progress: bool | None = None, input_bytes: int = 0, console: Any = None) -> AnalysisResult:
+            progress: bool | None = None, input_bytes: int = 0, console: Any = None, extra: Any = None,
+            then: Any = None) -> AnalysisResult:
     """Run the analyzers partition by partition (`rank_partitions`, or `split_by_rank` of a loaded
     trace) and reduce: the same `AnalysisResult` as `analyzers.run` on the whole trace.
 
@@ -866,7 +873,12 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
     partition on the Dask scheduler at `scheduler` (its workers must see the partition files at
     the same paths), or, without one, on a LocalCluster of `workers` single-threaded worker
     processes started for this run. `progress` (None: only on a terminal and a large input) shows
-    a bar of partitions done on stderr (or on the rich `console` given)."""
+    a bar of partitions done on stderr (or on the rich `console` given).
+
+    `extra` (a picklable function of a partition's frames) runs in each partition's task beside the
+    analyzers; `then(result, extras, each)` runs on the same engine once the result is reduced, with
+    the extras in rank order and `each(fn, *args)`, which maps `fn(frames, *args)` over the
+    partitions again (msprof_py.report_parts: the report of a partitioned trace)."""
     from analyzers.partitioned import bandwidth_reference, reduce_partitions, selected
     from msprof_py import loading
 
@@ -881,7 +893,7 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
     with loading.progress_reporter(input_bytes, force=progress, console=console) as bar, \
             _engine(engine, scheduler, workers, len(parts)) as client:
         peers = _peer_arrivals(client, parts)
-        partials = _map(client, parts, names, window, None, bar, "analyze", peers)
+        partials = _map(client, parts, names, window, None, bar, "analyze", peers, extra)
         reference = bandwidth_reference(partials)
         if reference is not None:
             # A trace without a device preset: copies are judged against every rank's reference
@@ -892,7 +904,11 @@ def analyze(parts: list[Partition] | list[Trace], names: list[str] | None = None
                     getattr(p, table).pop("bandwidth", None)
                     if "bandwidth" in getattr(q, table):
                         getattr(p, table)["bandwidth"] = getattr(q, table)["bandwidth"]
-    return reduce_partitions(partials, names)
+        result = reduce_partitions(partials, names)
+        if then is not None:
+            then(result, [p.extra for p in partials],
+                 lambda fn, *args: _each(client, parts, window, fn, args, bar, "report"))
+    return result
 
 
 DASK_MISSING = "the Dask engine needs the dask extra: pip install 'msprof-py[dask]'"
@@ -946,7 +962,7 @@ def _peer_arrivals(client: Any, parts: list) -> Any:
 
 
 def _map(client: Any, parts: list, names: list[str] | None, window: str, reference: Any, bar, stage: str,
-         peers: Any = None) -> list:
+         peers: Any = None, extra: Any = None) -> list:
     """`analyze_partition` over every partition, in order: here one at a time, or one task per
     partition on the Dask `client` (partitions on disk go as file names, read by the worker that
     runs the task; partitions in memory go to the workers as data)."""
@@ -954,7 +970,7 @@ def _map(client: Any, parts: list, names: list[str] | None, window: str, referen
     if client is None:
         out, done = [], 0
         for batch in local_batches(parts):
-            out.append(analyze_partition(batch, names, window, reference, peers))
+            out.append(analyze_partition(batch, names, window, reference, peers, extra))
             done += len(batch)
             bar(stage, done, len(parts))
         return out
@@ -966,8 +982,31 @@ def _map(client: Any, parts: list, names: list[str] | None, window: str, referen
         [reference] = client.scatter([reference], broadcast=True)
     if peers is not None:
         [peers] = client.scatter([peers], broadcast=True)
-    futures = [client.submit(analyze_partition, part, names, window, reference, peers, pure=False)
+    futures = [client.submit(analyze_partition, part, names, window, reference, peers, extra, pure=False)
                for part in parts]
+    for i, _ in enumerate(distributed.as_completed(futures), 1):
+        bar(stage, i, len(futures))
+    return [f.result() for f in futures]
+
+
+def _each(client: Any, parts: list, window: str, fn: Any, args: tuple, bar, stage: str) -> list:
+    """`frames_task(part, window, fn, *args)` over the partitions (the local engine's batches, or one
+    Dask task each), results in rank order."""
+    if client is None:
+        batches = local_batches(parts)
+        bar(stage, 0, len(parts))
+        out, done = [], 0
+        for batch in batches:
+            out.append(frames_task(batch, window, fn, *args))
+            done += len(batch)
+            bar(stage, done, len(parts))
+        return out
+    import distributed
+
+    bar(stage, 0, len(parts))
+    if parts and isinstance(parts[0], Trace):
+        parts = client.scatter(list(parts))
+    futures = [client.submit(frames_task, part, window, fn, *args, pure=False) for part in parts]
     for i, _ in enumerate(distributed.as_completed(futures), 1):
         bar(stage, i, len(futures))
     return [f.result() for f in futures]

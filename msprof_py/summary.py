@@ -247,6 +247,22 @@ def unmapped(table: pa.Table, source_format: str) -> tuple[Unmapped, ...]:
     return tuple(sorted(out, key=lambda u: (-u.count, u.category or "", u.phases)))
 
 
+def merge_unmapped(parts: list[tuple[Unmapped, ...]]) -> tuple[Unmapped, ...]:
+    """`unmapped` of a trace from that of its partitions: the same groups (reason, category, phase
+    family), their counts added and their phases pooled."""
+    groups: dict[tuple, list] = {}
+    for items in parts:
+        for u in items:
+            ph = u.phases[0] or None  # unmapped keeps a null phase as ""
+            family = None if u.reason == "category" else _PHASE_FAMILIES.get(ph or "", f"phase {ph!r}")
+            acc = groups.setdefault((u.reason, u.category, family), [0, set()])
+            acc[0] += u.count
+            acc[1].update(u.phases)
+    out = [Unmapped(n, c, tuple(sorted(phases)), reason, _unmapped_message(n, c, tuple(sorted(phases)), reason, family))
+           for (reason, c, family), (n, phases) in groups.items()]
+    return tuple(sorted(out, key=lambda u: (-u.count, u.category or "", u.phases)))
+
+
 def _unmapped_message(n: int, cat: str | None, phases: tuple[str, ...], reason: str, family: str | None) -> str:
     events = "event" if n == 1 else "events"
     of = "with no category" if cat is None else f"of category {cat!r}"

@@ -1442,7 +1442,10 @@ def retime(node_ts: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
     run = _Run(n, np.searchsorted(src_k[order], np.arange(n + 1)).tolist(), dst_k[order].tolist(),
                w_k[order].tolist(), indeg_a.tolist(), node_ts.astype(np.int64).tolist(), slack.tolist())
     for r in resources:
-        (_CoreModel if isinstance(r, Cores) else _LinkModel)(run, r, e.w[r.edge])
+        if isinstance(r, Cores):
+            _CoreModel(run, r, e.w[r.edge])
+        else:
+            _LinkModel(run, r, e.w[r.edge])
     return run.run(np.flatnonzero(indeg_a == 0).tolist())
 
 
@@ -1466,9 +1469,9 @@ class _Run:
         self.seen = 0
 
     def run(self, roots: list[int]) -> np.ndarray:
-        at, out, place = self.engine.at, self.out, self._place
-        for u in roots:  # in node order: ties placed as the nodes are numbered
-            at(out[u], place, (u, out[u]))
+        at, out, place, ready, gated = self.engine.at, self.out, self._place, self._ready, self.gated
+        for u in roots:  # in node order: ties placed as the nodes are numbered; a kernel to its cores
+            at(out[u], ready if u in gated else place, (u, out[u]))
         self.engine.run()
         if self.seen != self.n:
             raise ValueError(f"the dependency graph has a cycle ({self.n - self.seen} nodes left)")
