@@ -95,7 +95,8 @@ class Frames:
         ph_codes, ph_names = dictionary_codes(t.column("ph"))
         mask = (self.kind_mask(DEVICE_KINDS) & t.column("stream").is_valid().to_numpy(zero_copy_only=False)
                 & _code_mask(ph_codes, ph_names, ("X",)))
-        sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "value", "step"])
+        sub = t.select(["rank", "ph", "name", "ts", "dur", "kind", "device", "stream", "corr", "bytes", "addr", "value",
+                        "step"])
         sub = sub.filter(pa.array(mask))
         # Sorted per (rank, device, stream) by ts in Arrow, before the pandas conversion.
         rank = sub.column("rank").to_numpy()

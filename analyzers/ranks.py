@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers.causality import idle_by_rank
+from analyzers.causality.collectives import match as match_collectives
 from analyzers.causality.pipeline import RECV, SEND
 from analyzers.finding import Finding, Skipped, register
 from analyzers.frames import Frames, union_ns
@@ -161,7 +162,8 @@ def reduce(summaries: list[dict], cfg: RankConfig):
 
 def collective_parts(frames: Frames) -> pd.DataFrame:
     """One row per collective op: rank, device, stream, name, bytes, corr, arrival_ns (start of
-    its wait tasks, else of the op), ts, end, wait_ns (time in its wait tasks)."""
+    its wait tasks, else of the op), ts, end, wait_ns (time in its wait tasks), group and seq (the
+    communicator and call number the trace records, NaN where it records none)."""
     ops = frames.device_ops
     colls = ops[ops["kind"].astype(str) == "collective"]
     # A point-to-point transfer (a send or a receive, not both: analyzers.causality.pipeline) is a
@@ -169,14 +171,17 @@ def collective_parts(frames: Frames) -> pd.DataFrame:
     # a straggler's.
     names = colls["name"].astype(str)
     colls = colls[~(names.str.contains(SEND) ^ names.str.contains(RECV))]
-    cols = ["rank", "device", "stream", "name", "bytes", "corr", "arrival_ns", "ts", "end", "wait_ns"]
+    cols = ["rank", "device", "stream", "name", "bytes", "corr", "arrival_ns", "ts", "end", "wait_ns", "group", "seq"]
     if colls.empty:
         return pd.DataFrame(columns=cols)
     c = pd.DataFrame({"rank": colls["rank"].to_numpy().astype(np.int64), "device": colls["device"].to_numpy(),
                       "stream": colls["stream"].to_numpy(), "name": colls["name"].astype(str).to_numpy(),
                       "bytes": colls["bytes"].fillna(-1).to_numpy().astype(np.int64),
                       "corr": colls["corr"].to_numpy(dtype=np.float64),
-                      "ts": colls["ts"].to_numpy(), "end": colls["end"].to_numpy()})
+                      "ts": colls["ts"].to_numpy(), "end": colls["end"].to_numpy(),
+                      # The communicator and call number the producer recorded (collectives.match).
+                      "group": colls["addr"].to_numpy(dtype=np.float64),
+                      "seq": colls["value"].to_numpy(dtype=np.float64)})
     waits = _device_waits(frames)
     c["arrival_ns"] = c["ts"]
     c["wait_ns"] = 0
@@ -203,33 +208,6 @@ def _device_waits(frames: Frames) -> pd.DataFrame:
                          "corr": sub.column("corr").to_numpy().astype(np.float64),
                          "ts": sub.column("ts").to_numpy(),
                          "dur": sub.column("dur").fill_null(0).to_numpy()})
-
-
-def match_collectives(parts: pd.DataFrame) -> pd.DataFrame:
-    """`parts` with an `instance` id: the same collective on every rank that took part.
-
-    Matched by (stream, name, bytes, n-th such op on the rank's stream); when that matches
-    nothing, by (name, bytes, n-th on the rank). Only instances with two or more ranks whose
-    parts all ended at or after the last arrival are kept."""
-    if parts.empty:
-        return parts.assign(instance=pd.Series(dtype=np.int64))
-    for keys in (["stream", "name", "bytes"], ["name", "bytes"]):
-        p = parts.sort_values(["rank", "arrival_ns"], kind="stable").copy()
-        # A part without a stream (an op on HCCL's planes, as torch_npu records it) keys as one.
-        p["nth"] = p.groupby(["rank", *keys], dropna=False).cumcount()
-        key = [*keys, "nth"]
-        g = p.groupby(key, sort=False, dropna=False)
-        p["instance"] = g.ngroup()
-        n = g["rank"].transform("nunique")
-        last = g["arrival_ns"].transform("max")
-        first_end = g["end"].transform("min")
-        ok = (n >= 2) & (first_end >= last)
-        # An instance is kept whole or not at all.
-        good = ok.groupby(p["instance"]).transform("all")
-        kept = p[good].drop(columns="nth")
-        if not kept.empty:
-            return kept.reset_index(drop=True)
-    return parts.iloc[0:0].assign(instance=pd.Series(dtype=np.int64))
 
 
 def _per_collective(inst: pd.DataFrame, cfg: RankConfig) -> pd.DataFrame:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pandas as pd
 
-from analyzers.causality.pipeline import RECV, SEND
 from analyzers.comm_links import Series, link_series, one_series
 
 if TYPE_CHECKING:
@@ -116,41 +115,22 @@ def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _opening_waits(coll: pd.DataFrame) -> np.ndarray:
-    """Per collective of `coll` (`group` set): the wait at its start for its last member, where the
-    trace records no wait of its own (no Notify_Wait before or inside it: each rank's kernel spins
-    until its peers come, as NCCL's; an emulated op without waits has one start on every member,
-    so it gets 0). Such ops are matched across ranks as the slow-rank analysis matches them
-    (analyzers.ranks.match_collectives: same stream, name and bytes, the n-th such on the rank),
-    so both read one arrival table; the op
-    could move data only once its last member had started, so each member's kernel waited from its
-    own start to that (at most its length). The matched members become the op's group. 0 elsewhere."""
-    from analyzers.ranks import match_collectives
-
+    """Per collective of `coll` (`instance` set: `_ops`): the wait at its start for its last member,
+    where the trace records no wait of its own (no Notify_Wait before or inside it: each rank's
+    kernel spins until its peers come, as NCCL's; an emulated op without waits has one start on
+    every member, so it gets 0). The op could move data only once its last member had started,
+    so each member's kernel waited from its own start to that (at most its length). 0 elsewhere."""
     out = np.zeros(len(coll), dtype=np.int64)
-    if coll["rank"].nunique() < 2:
-        return out
     alone = np.array([w == 0 and not len(inner[0]) for w, inner in zip(coll["wait"], coll["inner_waits"])])
-    if not alone.any():
+    matched = coll["instance"].to_numpy() >= 0
+    if not (alone & matched).any():
         return out
-    c = coll[alone]
-    parts = pd.DataFrame({"rank": c["rank"].to_numpy(), "stream": c["stream"].to_numpy(),
-                          "name": c["name"].astype(str).to_numpy(),
-                          "bytes": c["bytes"].fillna(-1).to_numpy().astype(np.int64),  # as collective_parts
-                          "arrival_ns": c["ts"].to_numpy(np.int64), "ts": c["ts"].to_numpy(np.int64),
-                          "end": c["end"].to_numpy(np.int64), "row": np.flatnonzero(alone)})
-    inst = match_collectives(parts)
-    if inst.empty:
-        return out
-    g = inst.groupby("instance", sort=False)
-    release = g["arrival_ns"].transform("max").to_numpy(np.int64)
-    ts, end, row = inst["ts"].to_numpy(np.int64), inst["end"].to_numpy(np.int64), inst["row"].to_numpy(np.int64)
-    out[row] = np.clip(release - ts, 0, end - ts)
-    # Members sharing an op's times grouped it already (emulated ops); a real trace's ranks may
-    # share a start and end by chance (microsecond clocks), so the match's members win when more.
-    members = g["rank"].transform(lambda r: "-".join(map(str, sorted(r)))).to_numpy()
-    more = np.array([m.count("-") > grp.count("-") for m, grp in zip(members, coll["group"].to_numpy()[row])],
-                    dtype=bool)
-    coll.iloc[row[more], coll.columns.get_loc("group")] = members[more]
+    # The op's last member to start, among those that did not record a wait of their own.
+    start = pd.Series(np.where(alone & matched, coll["ts"].to_numpy(np.int64), np.iinfo(np.int64).min))
+    release = start.groupby(coll["instance"].to_numpy()).transform("max").to_numpy(np.int64)
+    ts, end = coll["ts"].to_numpy(np.int64), coll["end"].to_numpy(np.int64)
+    sel = alone & matched
+    out[sel] = np.clip(release[sel] - ts[sel], 0, end[sel] - ts[sel])
     return out
 
 
@@ -281,27 +261,35 @@ LINK_COLUMNS = ["row", "rank", "op", "src", "dst", "transport", "bytes", "busy"]
 
 
 def _ops(parts: list[dict[str, Any]]) -> pd.DataFrame | None:
-    """Every partition's collectives as one table of ops, matched across ranks and named."""
+    """Every partition's collectives as one table of ops, matched across ranks and named: an op's
+    members are the parts `analyzers.causality.collectives.match` makes one collective (the one
+    rule every cross-rank reader of collectives uses: the recorded communicator and call number,
+    a send and its receive included; the n-th such op where the trace records none); a part it
+    matches with no other rank is an op of its rank alone."""
+    from analyzers.causality.collectives import match
+
     tables = [p["collectives"] for p in parts if len(p["collectives"])]
     if not tables:
         return None
     coll = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0].copy()
-    members = coll.groupby(["name", "ts", "end"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
-    # A send and its receive are one op but differ in name: they pair by the channel and call
-    # number the trace records for them (a collective row's addr and value).
-    names = coll["name"].astype(str)
-    p2p = (names.str.contains(SEND) ^ names.str.contains(RECV)).to_numpy().copy()
-    if "addr" in coll and "value" in coll:
-        p2p &= (coll["addr"].notna() & coll["value"].notna()).to_numpy()
-        if p2p.any():
-            pairs = coll[p2p].groupby(["addr", "value"])["rank"].transform(lambda r: "-".join(map(str, sorted(r))))
-            members = members.where(~p2p, pairs.reindex(coll.index))
-    coll["group"] = members
-    coll = coll.sort_values(["rank", "ts"], kind="stable")
+    coll = coll.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
+    has = "addr" in coll and "value" in coll
+    found = match(pd.DataFrame({
+        "rank": coll["rank"].to_numpy(np.int64), "stream": coll["stream"].to_numpy(), "name": coll["name"].astype(str),
+        "bytes": coll["bytes"].fillna(-1).to_numpy().astype(np.int64),
+        "arrival_ns": coll["ts"].to_numpy(np.int64), "end": coll["end"].to_numpy(np.int64),
+        "group": coll["addr"].to_numpy(np.float64) if has else np.nan,
+        "seq": coll["value"].to_numpy(np.float64) if has else np.nan, "row": np.arange(len(coll))}))
+    instance = np.full(len(coll), -1, dtype=np.int64)
+    instance[found["row"].to_numpy(np.int64)] = found["instance"].to_numpy(np.int64)
+    coll["instance"] = instance
+    members = found.groupby("instance")["rank"].agg(lambda r: "-".join(map(str, sorted(set(r)))))
+    coll["group"] = np.where(instance >= 0, members.reindex(instance).to_numpy(dtype=object),
+                             coll["rank"].astype(str).to_numpy(dtype=object))
     coll["opening"] = _opening_waits(coll)
     coll["k"] = coll.groupby(["rank", "group", "name"]).cumcount()
     coll["op"] = coll["name"] + "__" + coll["k"].astype(str) + "@" + coll["group"]
-    return coll.reset_index(drop=True)
+    return coll.drop(columns="instance")
 
 
 def _at(series: Series, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

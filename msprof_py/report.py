@@ -752,26 +752,55 @@ def _rank_of(f: Path) -> int:
         raise MsprofError(f"{f.parent}: a rank partition's directory must be named rank=N") from None
 
 
-def read_partition(how: str, files: list[str]) -> Trace:
+def read_partition(how: str, files: list[str], between: tuple[int, int] | None = None) -> Trace:
     """One rank's partition, read as the whole-trace readers read it (the analyzed columns of a
-    table; a PROF directory's host and device parts together, sorted by time)."""
+    table; a PROF directory's host and device parts together, sorted by time). `between`: only
+    its rows that start in [t0, t1), read a row group at a time (the groups' ts statistics skip
+    the others), so a window of a large partition never holds the partition."""
     import pyarrow as pa
 
     from analyzers.frames import ANALYSIS_COLUMNS
     from msprof_py.trace.parquet import read_trace
     from msprof_py.trace.schema import COLUMN_NAMES, canonical_dictionaries
 
+    columns = list(ANALYSIS_COLUMNS) if how == "table" else None
+    if between is None:
+        parts = [read_trace(f, columns=columns) for f in files]
+    else:
+        parts = [_read_between(f, columns, between) for f in files]
     if how == "table":
-        parts = [read_trace(f, columns=list(ANALYSIS_COLUMNS)) for f in files]
         if len(parts) == 1:
             return parts[0]
         return Trace(table=pa.concat_tables([p.table for p in parts]), meta=parts[0].meta)
     # As prof_dir.read_raw does for the whole directory.
-    parts = [read_trace(f) for f in files]
     table = pa.concat_tables([p.table for p in parts]) if len(parts) > 1 else parts[0].table
     order = np.lexsort((table.column("ts").to_numpy(), table.column("rank").to_numpy()))
     table = canonical_dictionaries(table.take(pa.array(order)).select(list(COLUMN_NAMES)))
     return Trace(table=table, meta=parts[0].meta)
+
+
+def _read_between(path: str, columns: list[str] | None, between: tuple[int, int]) -> Trace:
+    """The rows of one trace file that start in [t0, t1)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from msprof_py.trace.parquet import read_trace_meta
+
+    t0, t1 = between
+    pf = pq.ParquetFile(path)
+    meta = read_trace_meta(pf, where=path)
+    ts_at = pf.schema_arrow.get_field_index("ts")
+    pieces = []
+    for i in range(pf.num_row_groups):
+        stats = pf.metadata.row_group(i).column(ts_at).statistics
+        if stats is not None and stats.has_min_max and (stats.max < t0 or stats.min >= t1):
+            continue
+        t = pf.read_row_group(i, columns=columns)
+        ts = t.column("ts")
+        pieces.append(t.filter(pc.and_(pc.greater_equal(ts, pa.scalar(t0, ts.type)), pc.less(ts, pa.scalar(t1, ts.type)))))
+    table = pa.concat_tables(pieces) if pieces else pf.schema_arrow.empty_table().select(columns or pf.schema_arrow.names)
+    return Trace(table=table, meta=meta)
 
 
 #: The local engine analyzes consecutive rank partitions together, up to this many rows a batch:

@@ -286,15 +286,17 @@ def driver_trace(parts: list, window: tuple | None) -> Trace:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from msprof_py.report import _partition_trace
+    from msprof_py.report import _partition_trace, read_partition
 
     if window is None:
         return _partition_trace(list(parts))
     t0, t1 = window[0], window[1]
     kept = []
     for part in parts:
-        tr = part if isinstance(part, Trace) else _partition_trace(part)
-        ts = tr.table.column("ts")
-        inside = pc.and_(pc.greater_equal(ts, pa.scalar(t0, ts.type)), pc.less(ts, pa.scalar(t1, ts.type)))
-        kept.append(Trace(table=tr.table.filter(inside), meta=tr.meta))
+        if isinstance(part, Trace):
+            ts = part.table.column("ts")
+            inside = pc.and_(pc.greater_equal(ts, pa.scalar(t0, ts.type)), pc.less(ts, pa.scalar(t1, ts.type)))
+            kept.append(Trace(table=part.table.filter(inside), meta=part.meta))
+        else:
+            kept.append(read_partition(part[1], part[2], between=(t0, t1)))
     return _partition_trace(kept)

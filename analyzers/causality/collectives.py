@@ -9,6 +9,11 @@ spent between its own arrival and the release is time it waited for the last ran
 
 A rank arrives when its part begins: the collective row's start, or a device wait that opens it
 (HCCL's Notify_Wait, a wait sharing the collective's stream and correlation id).
+
+`match` is the one rule that says which parts are one collective, for every reader of collectives
+across ranks (the slow-rank analysis, the cluster analyses, communication.json and its matrix):
+the recorded (communicator, sequence) where the trace has them, and only where it has none the
+n-th op of the same stream, name and size on each rank.
 """
 
 from __future__ import annotations
@@ -134,3 +139,54 @@ def waits(frames: Frames) -> pd.DataFrame:
     p = parts(frames)
     p = p[(p["waited_ns"] > 0) & (p["ranks"] > 1)]
     return p.sort_values(["waited_ns", "rank"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def match(parts: pd.DataFrame) -> pd.DataFrame:
+    """`parts` (rank, stream, name, bytes, arrival_ns, end, and `group` / `seq` where the trace
+    records the communicator and the call's number in it) with an `instance` id: the same
+    collective on every rank that took part. Sorted by rank and arrival; instance ids in order of
+    first appearance.
+
+    Parts with a recorded (group, seq) are one instance per pair (a send and its receive,
+    differently named, included). The others are matched by (stream, name, bytes, the n-th such op
+    on the rank's stream), or when that matches nothing by (name, bytes, n-th on the rank). An
+    instance is kept only when it has two or more ranks and all its parts ended at or after its
+    last arrival (they ran together): a numbering that counts calls from the start of a sampled
+    window (Kineto's, where the trace has no sequence number) can pair calls that never met."""
+    if parts.empty:
+        return parts.assign(instance=pd.Series(dtype=np.int64))
+    p = parts.sort_values(["rank", "arrival_ns"], kind="stable").copy()
+    rec = (p["group"].notna() & p["seq"].notna()).to_numpy() if "group" in p and "seq" in p else \
+        np.zeros(len(p), dtype=bool)
+    key = np.full(len(p), -1, dtype=np.int64)  # a provisional id per part: recorded first, then guessed
+    ok = np.zeros(len(p), dtype=bool)
+    if rec.any():
+        r = p[rec]
+        g = r.groupby(["group", "seq"], sort=False)
+        key[rec] = g.ngroup().to_numpy()
+        ok[rec] = ((g["rank"].transform("nunique") >= 2) & _overlap(g)).to_numpy()
+    rest = p[~rec]
+    if len(rest):
+        base = int(key.max()) + 1
+        for keys in (["stream", "name", "bytes"], ["name", "bytes"]):
+            q = rest.copy()
+            # A part without a stream (an op on HCCL's planes, as torch_npu records it) keys as one.
+            q["nth"] = q.groupby(["rank", *keys], dropna=False).cumcount()
+            g = q.groupby([*keys, "nth"], sort=False, dropna=False)
+            ids = g.ngroup()
+            good = (g["rank"].transform("nunique") >= 2) & _overlap(g)
+            good = good.groupby(ids).transform("all")
+            if good.any():
+                key[~rec] = base + ids.to_numpy()
+                ok[~rec] = good.to_numpy()
+                break
+    kept = p[ok].copy()
+    # Ids in order of first appearance (rank, arrival), recorded and guessed alike.
+    kept["instance"] = pd.factorize(key[ok])[0].astype(np.int64)
+    return kept.reset_index(drop=True)
+
+
+def _overlap(g) -> pd.Series:
+    """Per part of the grouped parts: whether its instance's parts all ended at or after its last
+    arrival."""
+    return g["end"].transform("min") >= g["arrival_ns"].transform("max")
