@@ -31,7 +31,7 @@ PART_COLUMNS = ["rank", "group", "seq", "name", "stream", "corr", "ts", "end", "
 #: Where a partition's Frames hold the other partitions' arrivals (see `arrivals`): a rank
 #: analyzed apart from its peers still knows when each of them reached each collective.
 PEERS_KEY = ("causality.peer_arrivals",)
-ARRIVAL_COLUMNS = ["rank", "group", "seq", "arrive"]
+ARRIVAL_COLUMNS = ["rank", "group", "seq", "arrive", "end"]
 #: The columns `arrivals` reads.
 ARRIVAL_READ = ["rank", "ph", "name", "kind", "ts", "dur", "stream", "corr", "addr", "value"]
 
@@ -40,8 +40,10 @@ def parts(frames: Frames) -> pd.DataFrame:
     """One row per rank's part of a typed collective (PART_COLUMNS): `arrive` (this rank's
     arrival), `release` (the last rank's arrival), `last_rank` (who arrived last), `ranks` (how
     many ranks took part, those of the trace and of the arrivals under PEERS_KEY) and `waited_ns`
-    (release - arrive, 0 for the last rank). A collective the trace holds on one rank only has
-    its own arrival as release. Cached per frames."""
+    (release - arrive, 0 for the last rank). Parts are one collective as `match` says (their
+    recorded communicator and number, and they ran together); a part that met no other rank's (a
+    collective the trace holds on one rank only, or calls a sampled window numbered alike that
+    never met) has its own arrival as release. Cached per frames."""
     key = ("causality.collective_parts",)
     if key in frames._cache:
         return frames._cache[key]
@@ -55,12 +57,20 @@ def parts(frames: Frames) -> pd.DataFrame:
     if peers is not None and len(peers):
         pool = pd.concat([pool, peers[~peers["rank"].isin(df["rank"].unique())][ARRIVAL_COLUMNS]],
                          ignore_index=True)
-    g = pool.groupby(["group", "seq"], sort=False)
+    # Which parts are one collective: `match`, the one rule (here every part has its recorded
+    # communicator and number; parts that never ran together are not one).
+    met = match(pool.assign(arrival_ns=pool["arrive"]))
+    g = met.groupby(["group", "seq"], sort=False)
     pooled = pd.DataFrame({"release": g["arrive"].max(), "ranks": g["rank"].size()})
     # The last to arrive (the lowest rank among ties).
-    last = pool.sort_values(["arrive", "rank"], ascending=[False, True], kind="stable").drop_duplicates(["group", "seq"])
+    last = met.sort_values(["arrive", "rank"], ascending=[False, True], kind="stable").drop_duplicates(["group", "seq"])
     pooled["last_rank"] = last.set_index(["group", "seq"])["rank"]
     df = df.join(pooled, on=["group", "seq"])
+    # A part no other rank's met: its own arrival releases it.
+    alone = df["release"].isna()
+    df.loc[alone, "release"] = df.loc[alone, "arrive"]
+    df.loc[alone, "ranks"] = 1
+    df.loc[alone, "last_rank"] = df.loc[alone, "rank"]
     df["waited_ns"] = (df["release"] - df["arrive"]).to_numpy(np.int64)
     out = df[PART_COLUMNS].sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
     for c in ("release", "ranks", "last_rank"):
