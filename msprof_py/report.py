@@ -82,27 +82,38 @@ def build(trace: Trace, names: list[str] | None = None, *, window: str = "all",
     ranks = summaries.rank_steps(frames.steps)
     jobs = summaries.job_steps(ranks)
     summary.update(job_step_summary(jobs, ranks))
-    rep = {
+    return _strict(layout(trace.meta.source_format, result, summary, copy_rows(frames), findings,
+                          unmapped(trace.table, trace.meta.source_format), rows, jobs,
+                          summaries.step_table(ranks, frames.device_ops),
+                          critical.paths(frames, top=CRITICAL_PATH_OPS),
+                          [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown]))
+
+
+def layout(source_format: str, result: AnalysisResult, summary: dict[str, Any], copies: list, findings: list,
+           unmapped_rows: tuple, breakdown: list, jobs: pd.DataFrame, step_table: pd.DataFrame,
+           critical_path: dict[str, Any], timelines: list) -> dict[str, Any]:
+    """The report's dict from its parts, as `build` (the whole trace) and msprof_py.report_parts (a
+    partitioned one) compute them; `summary` still holds its devices, streams and copies."""
+    return {
         "schema": 1,
-        "source_format": trace.meta.source_format,
+        "source_format": source_format,
         "platform": result.platform,
         "summary": {k: v for k, v in summary.items() if k not in ("streams", "copies", "devices")},
         "devices": summary.get("devices", []),
         "streams": summary.get("streams", []),
-        "copies": copy_rows(frames),
+        "copies": copies,
         "findings": findings,
         "skipped": result.skipped,
         # What the importer kept only as generic rows: no figure of the report counts them.
         "unmapped": [{"count": u.count, "category": u.category, "phases": list(u.phases), "reason": u.reason,
-                      "message": u.message} for u in unmapped(trace.table, trace.meta.source_format)],
-        "breakdown": rows,
+                      "message": u.message} for u in unmapped_rows],
+        "breakdown": breakdown,
         "job_steps": jobs.to_dict("records"),
-        "step_table": summaries.step_table(ranks, frames.device_ops).to_dict("records"),
-        "critical_path": critical.paths(frames, top=CRITICAL_PATH_OPS),
-        "timelines": [evidence_window(frames, f, cap=TIMELINE_EVENTS, host=host) for f in shown],
+        "step_table": step_table.to_dict("records"),
+        "critical_path": critical_path,
+        "timelines": timelines,
         "metrics": result.metrics,
     }
-    return _strict(rep)
 
 
 def job_step_summary(jobs: pd.DataFrame, ranks: pd.DataFrame) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import pandas as pd
 from analyzers import AnalysisResult, Frames
 from msprof_py import critical, summaries
 from msprof_py.breakdown import evidence_layout, evidence_rows, finding_bounds, host_slices, step_breakdown
-from msprof_py.summary import MEMORY_COUNTERS, Unmapped, merge_unmapped, unmapped
+from msprof_py.summary import MEMORY_COUNTERS, merge_unmapped, unmapped
 from msprof_py.trace import Trace
 
 #: The most rows the driver reads at once for the job's critical path and the fixes' replay.
@@ -222,11 +222,6 @@ def critical_and_fixes(trace: Trace, result: AnalysisResult, window: tuple[int, 
     return cp
 
 
-def unmapped_rows(items: tuple[Unmapped, ...]) -> list[dict[str, Any]]:
-    return [{"count": u.count, "category": u.category, "phases": list(u.phases), "reason": u.reason,
-             "message": u.message} for u in items]
-
-
 def build(parts: list, names: list[str] | None = None, *, window: str = "all", engine: str = "dask",
           scheduler: str | None = None, workers: int | None = None, progress: bool | None = None,
           input_bytes: int = 0, what_if: bool = True, driver_rows: int = DRIVER_ROWS) -> dict[str, Any]:
@@ -252,24 +247,8 @@ def build(parts: list, names: list[str] | None = None, *, window: str = "all", e
             shown = timelines(requests, each(partition_evidence, requests), report.TIMELINE_EVENTS,
                               multi_rank=summary["ranks"] > 1)
         summary.update(report.job_step_summary(jobs, ranks))
-        out.update({
-            "schema": 1,
-            "source_format": trace.meta.source_format,
-            "platform": result.platform,
-            "summary": {k: v for k, v in summary.items() if k not in ("streams", "copies", "devices")},
-            "devices": summary.get("devices", []),
-            "streams": summary.get("streams", []),
-            "copies": red["copy_rows"],
-            "findings": findings,
-            "skipped": result.skipped,
-            "unmapped": unmapped_rows(red["unmapped"]),
-            "breakdown": red["breakdown"],
-            "job_steps": jobs.to_dict("records"),
-            "step_table": red["step_table"].to_dict("records"),
-            "critical_path": cp,
-            "timelines": shown,
-            "metrics": result.metrics,
-        })
+        out.update(report.layout(trace.meta.source_format, result, summary, red["copy_rows"], findings,
+                                 red["unmapped"], red["breakdown"], jobs, red["step_table"], cp, shown))
         if win is not None and what_if:
             result.skipped["what_if"] = (f"the fixes were replayed on job steps {win[2][0]}..{win[2][-1]} of {len(jobs)} "
                                          f"(the trace's {red['rows']:,} rows are more than the driver reads, "
