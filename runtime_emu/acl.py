@@ -128,6 +128,7 @@ rt = SimpleNamespace(**{n: _call(n) for n in (
     "create_event", "destroy_event", "record_event", "stream_wait_event", "synchronize_event",
     "synchronize_stream", "synchronize_device", "malloc", "free", "malloc_host", "free_host")})
 #: Framework-level (torch_npu-style) caching allocator.
-caching = SimpleNamespace(malloc=_call("cached_malloc"), free=_call("cached_free"), empty_cache=_call("empty_cache"))
+caching = SimpleNamespace(malloc=_call("cached_malloc"), free=_call("cached_free"), empty_cache=_call("empty_cache"),
+                         record_stream=_call("record_stream"))
 #: Profiling annotations and host-side work.
 prof = SimpleNamespace(step=_call("step"), host_work=_call("host_work"), now=_call("now"))

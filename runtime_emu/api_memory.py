@@ -5,12 +5,12 @@ counters. `Runtime` offers these as its methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from runtime_emu import errors as E
 from runtime_emu.api_streams import PINNED_BASE, integer
 from runtime_emu.caching import CachingAllocator
-from runtime_emu.device import Device
+from runtime_emu.device import RECORD, Device, Event
 from runtime_emu.errors import AclError
 from runtime_emu.memory import InvalidPointer, MallocPolicy, OutOfMemory
 
@@ -104,12 +104,43 @@ def cached_free(rt: Runtime, ptr: Any) -> None:
     th = rt._enter()
     dev = rt._device(th)
     cache = _cache(dev)
+
+    def wait_for(streams: frozenset[int]) -> Callable[[], bool]:
+        """As the allocator's insert_events: an event recorded now on each stream that used the
+        block (aclrtRecordEvent on the stream); the block is free once they all executed."""
+        marks = []
+        for sid in sorted(streams):
+            s = dev.streams.get(sid)
+            if s is None or s.destroyed:
+                continue  # a destroyed stream has no work left to wait for
+            rt.events_made += 1
+            ev = Event(rt.events_made, dev)
+            ev.record_seq = 1
+            task = rt.dispatch.new_task(RECORD, "EVENT_RECORD", s, th.clock)
+            task.event, task.event_seq = ev, 1
+            ev.last_record = task.corr
+            rt.dispatch.launch(th, task, "aclrtRecordEvent", th.clock)
+            marks.append(ev)
+        return lambda: all(ev.executed(1) for ev in marks)
+
     try:
-        alloc = cache.free(ptr)
+        alloc = cache.free(ptr, wait_for)
     except InvalidPointer as exc:
         raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, str(exc)) from None
     th.clock += rt.api_overhead_ns
     rt.rows.mem_event(th, dev, "free", alloc.addr, alloc.bytes, "caching", cache.allocated_bytes)
+
+
+def record_stream(rt: Runtime, ptr: Any, stream: Any) -> None:
+    """Tensor.record_stream: the caching allocator's block at `ptr` is used by `stream` too, so its
+    free waits for the work queued on `stream` until then. Bookkeeping in the framework: no
+    runtime call, no time."""
+    th = rt._enter()
+    s = rt._check_stream(th, stream)
+    try:
+        _cache(rt._device(th)).record_stream(ptr, s.id)
+    except InvalidPointer as exc:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, str(exc)) from None
 
 
 def empty_cache(rt: Runtime) -> int:

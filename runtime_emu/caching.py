@@ -16,15 +16,20 @@ From the PyTorch CUDACachingAllocator / torch_npu NPUCachingAllocator source:
 - On a failed driver allocation all wholly free segments are released (empty_cache) and the
   allocation is retried once; then it is an out-of-memory error.
 - torch_npu allocates segments with ACL_MEM_MALLOC_HUGE_FIRST (the default ``policy`` here).
-Not modelled: max_split_size / expandable segments / garbage collection, record_stream events,
-graph-capture pools. Zero-byte requests raise ValueError instead of returning a null pointer.
+- ``record_stream(addr, stream)`` (``Tensor.record_stream``) marks a block as used by another
+  stream; freeing it then waits for that stream's work queued so far (the caller's ``wait_for``
+  records an event on each such stream, as the allocator's insert_events does) before the block
+  goes back to its pool. Allocated bytes drop at the free; the block stays reserved and is not
+  handed out until then. Pending frees are processed at the next malloc and at empty_cache.
+Not modelled: max_split_size / expandable segments / garbage collection, graph-capture pools.
+Zero-byte requests raise ValueError instead of returning a null pointer.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from runtime_emu.memory import (
     Allocation,
@@ -86,6 +91,10 @@ class _Block:
     requested: int = 0
     prev: _Block | None = None
     next: _Block | None = None
+    #: Streams other than its own that used it while allocated (record_stream).
+    stream_uses: frozenset[int] = frozenset()
+    #: Freed, waiting for those streams' work before it goes back to its pool.
+    pending: bool = False
 
 
 class CachingAllocator:
@@ -104,6 +113,8 @@ class CachingAllocator:
         self._blocks: dict[int, _Block] = {}       # every block, free or not, by address
         self._segments: dict[int, int] = {}        # segment address -> segment bytes
         self._recent = RecentFrees()
+        #: Freed blocks waiting for the streams that used them: (block, whether their work is done).
+        self._pending: list[tuple[_Block, Callable[[], bool]]] = []
 
     @property
     def fragmentation_bytes(self) -> int:
@@ -118,6 +129,7 @@ class CachingAllocator:
         """Best-fit cached block for ``stream``, else a new segment; ``bytes`` is the block size."""
         if size <= 0:
             raise ValueError(f"allocation size must be positive, got {size}")
+        self.process_pending()
         nbytes = round_size(size, self.pad_bytes)
         small = nbytes <= SMALL_SIZE_BYTES
         pool = self._pools.setdefault((stream, small), [])
@@ -141,8 +153,20 @@ class CachingAllocator:
         self._recent.discard(block.addr)
         return Allocation(block.addr, size, block.size, block.huge)
 
-    def free(self, addr: int) -> Allocation:
-        """Return a block to its pool (not to the driver), merged with free neighbours."""
+    def record_stream(self, addr: int, stream: int) -> None:
+        """The allocated block at `addr` is used by `stream` as well as its own: its free waits for
+        that stream's work (`free`'s `wait_for`)."""
+        block = self._blocks.get(addr)
+        if block is None or not block.allocated:
+            raise self._recent.error(addr, owner="the caching allocator")
+        if stream != block.stream:
+            block.stream_uses = block.stream_uses | {stream}
+
+    def free(self, addr: int, wait_for: Callable[[frozenset[int]], Callable[[], bool]] | None = None) -> Allocation:
+        """Return a block to its pool (not to the driver), merged with free neighbours. A block
+        other streams used (`record_stream`) goes back once `wait_for(those streams)` -- called
+        now, it returns whether their work queued so far is done -- says so (without `wait_for`,
+        at once)."""
         block = self._blocks.get(addr)
         if block is None or not block.allocated:
             raise self._recent.error(addr, owner="the caching allocator")
@@ -151,21 +175,44 @@ class CachingAllocator:
         block.requested = 0
         self.allocated_bytes -= block.size
         self._recent.add(addr)
+        uses, block.stream_uses = block.stream_uses, frozenset()
+        if uses and wait_for is not None:
+            block.pending = True
+            self._pending.append((block, wait_for(uses)))
+            return freed
+        self._release(block)
+        return freed
+
+    def process_pending(self) -> int:
+        """Return the pending frees whose streams are done to their pools; how many are left."""
+        if self._pending:
+            left = []
+            for block, done in self._pending:
+                if done():
+                    block.pending = False
+                    self._release(block)
+                else:
+                    left.append((block, done))
+            self._pending = left
+        return len(self._pending)
+
+    def _release(self, block: _Block) -> None:
+        """A free block into its pool, merged with its free neighbours (not pending ones)."""
         pool = self._pools[(block.stream, block.small)]
         prev = block.prev
-        if prev is not None and not prev.allocated:
+        if prev is not None and not prev.allocated and not prev.pending:
             self._unlink(pool, prev)
             self._absorb_next(prev)
             block = prev
         nxt = block.next
-        if nxt is not None and not nxt.allocated:
+        if nxt is not None and not nxt.allocated and not nxt.pending:
             self._unlink(pool, nxt)
             self._absorb_next(block)
         insort(pool, (block.size, block.addr))
-        return freed
 
     def empty_cache(self) -> int:
         """Release every wholly free segment to the driver; returns the bytes released."""
+        self.process_pending()
         released = 0
         for addr in [a for a in self._segments if self._whole_segment_free(a)]:
             block = self._blocks.pop(addr)
@@ -217,7 +264,7 @@ class CachingAllocator:
 
     def _whole_segment_free(self, addr: int) -> bool:
         block = self._blocks[addr]
-        return not block.allocated and block.next is None
+        return not block.allocated and not block.pending and block.next is None
 
     def _unlink(self, pool: list[tuple[int, int]], block: _Block) -> None:
         del pool[bisect_left(pool, (block.size, block.addr))]

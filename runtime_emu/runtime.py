@@ -290,6 +290,12 @@ class Runtime:
     def cached_free(self, ptr: Any) -> None:
         api_memory.cached_free(self, ptr)
 
+    def record_stream(self, ptr: Any, stream: Handle) -> None:
+        """Tensor.record_stream: the cached block at `ptr` is also used by `stream`, so when it is
+        freed it goes back to the cache only once the work queued on `stream` until then is done
+        (an event the allocator records there at the free)."""
+        api_memory.record_stream(self, ptr, stream)
+
     def empty_cache(self) -> int:
         return api_memory.empty_cache(self)
 
