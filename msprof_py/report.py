@@ -1003,14 +1003,30 @@ def _peer_arrivals(client: Any, parts: list) -> Any:
 
 def _map(client: Any, parts: list, names: list[str] | None, window: str, reference: Any, bar, stage: str,
          peers: Any = None, extra: Any = None) -> list:
-    """`analyze_partition` over every partition, in order: here one at a time, or one task per
-    partition on the Dask `client` (partitions on disk go as file names, read by the worker that
-    runs the task; partitions in memory go to the workers as data)."""
+    """`analyze_partition` over every partition, in order (`_tasks`); the pooled reference copies
+    and peer arrivals go to every Dask worker once."""
+    if client is not None:
+        if reference is not None:
+            [reference] = client.scatter([reference], broadcast=True)
+        if peers is not None:
+            [peers] = client.scatter([peers], broadcast=True)
+    return _tasks(client, parts, analyze_partition, (names, window, reference, peers, extra), bar, stage)
+
+
+def _each(client: Any, parts: list, window: str, fn: Any, args: tuple, bar, stage: str) -> list:
+    """`frames_task(part, window, fn, *args)` over the partitions, in order (`_tasks`)."""
+    return _tasks(client, parts, frames_task, (window, fn, *args), bar, stage)
+
+
+def _tasks(client: Any, parts: list, task: Any, args: tuple, bar, stage: str) -> list:
+    """`task(part, *args)` over the partitions, results in rank order: here over the local engine's
+    batches, or one task per partition on the Dask `client` (partitions on disk go as file names,
+    read by the worker that runs the task; partitions in memory go to the workers as data)."""
     bar(stage, 0, len(parts))
     if client is None:
         out, done = [], 0
         for batch in local_batches(parts):
-            out.append(analyze_partition(batch, names, window, reference, peers, extra))
+            out.append(task(batch, *args))
             done += len(batch)
             bar(stage, done, len(parts))
         return out
@@ -1018,35 +1034,7 @@ def _map(client: Any, parts: list, names: list[str] | None, window: str, referen
 
     if parts and isinstance(parts[0], Trace):
         parts = client.scatter(list(parts))
-    if reference is not None:
-        [reference] = client.scatter([reference], broadcast=True)
-    if peers is not None:
-        [peers] = client.scatter([peers], broadcast=True)
-    futures = [client.submit(analyze_partition, part, names, window, reference, peers, extra, pure=False)
-               for part in parts]
-    for i, _ in enumerate(distributed.as_completed(futures), 1):
-        bar(stage, i, len(futures))
-    return [f.result() for f in futures]
-
-
-def _each(client: Any, parts: list, window: str, fn: Any, args: tuple, bar, stage: str) -> list:
-    """`frames_task(part, window, fn, *args)` over the partitions (the local engine's batches, or one
-    Dask task each), results in rank order."""
-    if client is None:
-        batches = local_batches(parts)
-        bar(stage, 0, len(parts))
-        out, done = [], 0
-        for batch in batches:
-            out.append(frames_task(batch, window, fn, *args))
-            done += len(batch)
-            bar(stage, done, len(parts))
-        return out
-    import distributed
-
-    bar(stage, 0, len(parts))
-    if parts and isinstance(parts[0], Trace):
-        parts = client.scatter(list(parts))
-    futures = [client.submit(frames_task, part, window, fn, *args, pure=False) for part in parts]
+    futures = [client.submit(task, part, *args, pure=False) for part in parts]
     for i, _ in enumerate(distributed.as_completed(futures), 1):
         bar(stage, i, len(futures))
     return [f.result() for f in futures]

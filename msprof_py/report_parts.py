@@ -66,7 +66,6 @@ def piece(frames: Frames) -> dict[str, Any]:
         "rank_steps": ranks,
         "step_table": summaries.step_table(ranks, ops),
         "unmapped": unmapped(frames.trace.table, frames.trace.meta.source_format),
-        "rows": int(frames.table.num_rows),
     }
 
 
@@ -151,7 +150,7 @@ def reduce(pieces: list[dict[str, Any]], result: AnalysisResult) -> dict[str, An
             "breakdown": [r for p in pieces for r in p["breakdown"]],
             "copy_rows": [c for p in pieces for c in p["copy_rows"]],
             "unmapped": merge_unmapped([p["unmapped"] for p in pieces]),
-            "rows": sum(p["rows"] for p in pieces)}
+            "rows": out["events"]}
 
 
 def evidence_requests(findings: list[dict[str, Any]], span: tuple[int, int]) -> list[tuple | None]:
